@@ -1,0 +1,45 @@
+# Two commands a user needs: `make demo` and `make test`. Everything else is set up on demand.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+# Keep torch to the two cores we have; the test suite is serial (see docs: xdist oversubscribes).
+export OMP_NUM_THREADS ?= 2
+export TOKENIZERS_PARALLELISM := false
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export DS_ACCELERATOR ?= cpu
+
+.PHONY: install demo test test-fast test-dist lint smollm2 bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# Install the pinned CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install torch==2.13.0
+	$(BIN)/pip install -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python train.py
+
+# Single-process tests first, then the small multi-process group (torchrun / DeepSpeed on gloo).
+# pytest exits 5 when a group has no tests; that is not a failure.
+test: $(STAMP)
+	$(BIN)/python -m pytest -m "not multiprocess" -q
+	$(BIN)/python -m pytest -m multiprocess -q || [ $$? -eq 5 ]
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not multiprocess and not slow" -q
+
+test-dist: $(STAMP)
+	$(BIN)/python -m pytest -m multiprocess -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check memagent tests bench train.py evaluate.py
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
