@@ -1,0 +1,195 @@
+"""The KV-cache generation engine: batched autoregressive sampling with a Hugging Face causal LM.
+
+This replaces vLLM for rollouts. Prompts are left-padded into one batch and prefilled once; each decode step runs
+one forward on the last sampled token of every running row (`logits_to_keep=1`) and samples with
+`memagent.rollout.sampling`. Padding policy: left padding, attention mask 0 on pads, position ids = cumsum(mask) - 1,
+so a row's positions start at 0 on its first real token whatever its padding.
+
+A row stops at its first EOS (kept in the output, with its log-prob) or at its own `max_new_tokens`. Finished rows
+are dropped from the running batch and from the cache at once, so late steps run on the rows still going; outputs
+come back in input order. The hot loop reads the device once per step (are any rows done?), and not even that
+when no EOS is set. Under DeepSpeed ZeRO-3 the caller gathers the parameters; this module does not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+from transformers import DynamicCache
+
+from memagent.rollout.sampling import SamplingParams, sample_next_token
+
+PLAIN_SAMPLING = SamplingParams()
+"""The default rule: softmax sampling at temperature 1, no truncation."""
+
+
+@dataclass(frozen=True)
+class GenerateOutput:
+    """Generated continuations, one entry per prompt, in input order."""
+
+    tokens: list[list[int]]
+    """Sampled token ids per prompt, EOS kept when produced."""
+    logprobs: list[Tensor]
+    """Per prompt, [len(tokens[i])] float32 on CPU: log-prob of each token under the distribution it was drawn from."""
+    finished: list[bool]
+    """True when the row ended with EOS; False when max_new_tokens cut it (or it was 0)."""
+
+
+def _check_inputs(
+    prompts: list[list[int]], max_new_tokens: int | list[int], eos_token_id: int | list[int] | None
+) -> tuple[list[int], list[int]]:
+    """Validate the arguments; return per-row max_new_tokens and the EOS id list."""
+    for i, prompt in enumerate(prompts):
+        if len(prompt) == 0:
+            raise ValueError(f"generate: prompts[{i}] is empty; every prompt needs at least one token")
+    if isinstance(max_new_tokens, int):
+        limits = [max_new_tokens] * len(prompts)
+    else:
+        limits = list(max_new_tokens)
+        if len(limits) != len(prompts):
+            raise ValueError(
+                f"generate: max_new_tokens has {len(limits)} entries for {len(prompts)} prompts; give one per prompt"
+            )
+    if any(n < 0 for n in limits):
+        raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+    if eos_token_id is None:
+        eos = []
+    elif isinstance(eos_token_id, int):
+        eos = [eos_token_id]
+    else:
+        eos = list(eos_token_id)
+    return limits, eos
+
+
+def _left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Left-pad prompts. Returns input ids [B, T] long and attention mask [B, T] long (0 on pads)."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+        mask[row, width - len(prompt) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+@torch.inference_mode()
+def _decode(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    limits: list[int],
+    eos: list[int],
+    params: SamplingParams,
+    generator: torch.Generator | None,
+    pad_token_id: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Run prefill and the decode loop.
+
+    Every limit must be >= 1. Returns, on CPU: tokens [B, S] long and logprobs [B, S] float32 (S = max(limits); only the first lengths[i]
+    entries of row i are meaningful), lengths [B] long, and finished [B] bool (stopped on EOS).
+    """
+    device = next(model.parameters()).device
+    batch, steps = len(prompts), max(limits)
+    input_ids, prompt_mask = _left_pad(prompts, pad_token_id, device)
+    width = input_ids.shape[1]
+
+    # Preallocated: the attention mask of every step is a prefix view of `mask`, and outputs are written in place.
+    mask = torch.ones((batch, width + steps), dtype=torch.long, device=device)
+    mask[:, :width] = prompt_mask
+    tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
+    logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+    lengths = torch.tensor(limits, dtype=torch.long, device=device)
+    finished = torch.zeros(batch, dtype=torch.bool, device=device)
+    eos_ids = torch.tensor(eos, dtype=torch.long, device=device)
+    row_limits = lengths.clone()  # [b] max_new_tokens of each running row
+    rows = torch.arange(batch, device=device)  # [b] input index of each running row
+    host_limits = set(limits)  # to know, without reading the device, when some row hits its limit
+
+    positions = (prompt_mask.cumsum(-1) - 1).clamp_(min=0)
+    cache = DynamicCache(config=model.config)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=prompt_mask,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    positions = positions[:, -1:]  # [b, 1] position of each row's last token
+
+    for step in range(steps):
+        ids, lps = sample_next_token(out.logits[:, -1], params, generator)  # [b], [b]
+        tokens[rows, step] = ids
+        logprobs[rows, step] = lps
+        hit_limit = row_limits == step + 1
+        if len(eos):
+            hit_eos = torch.isin(ids, eos_ids)
+            done = hit_eos | hit_limit
+            any_done = bool(done.any())
+        else:
+            hit_eos, done = None, hit_limit
+            any_done = step + 1 in host_limits
+        if any_done:
+            finished_rows = rows[done]
+            lengths[finished_rows] = step + 1
+            if hit_eos is not None:
+                finished[finished_rows] = hit_eos[done]
+            keep = (~done).nonzero().squeeze(-1)
+            if keep.numel() == 0:
+                break
+            rows, row_limits, ids, positions = rows[keep], row_limits[keep], ids[keep], positions[keep]
+            cache.batch_select_indices(keep)
+            mask = mask[keep]
+        positions = positions + 1
+        out = model(
+            input_ids=ids[:, None],
+            attention_mask=mask[:, : width + step + 1],
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+    return tokens.cpu(), logprobs.cpu(), lengths.cpu(), finished.cpu()
+
+
+def generate(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int | list[int],
+    eos_token_id: int | list[int] | None,
+    params: SamplingParams = PLAIN_SAMPLING,
+    generator: torch.Generator | None = None,
+    pad_token_id: int = 0,
+) -> GenerateOutput:
+    """Sample continuations of token-id prompts with a Hugging Face causal LM and a DynamicCache.
+
+    prompts: B lists of token ids, each non-empty. max_new_tokens: one limit for all rows, or one per row (>= 0).
+    eos_token_id: one id, several ids (any of them stops a row), or None (rows run to their limit). params: the
+    sampling rule. generator: a torch.Generator on the model's device for reproducible draws, or None for the
+    global RNG. pad_token_id: the filler id of left padding (masked out, so its value does not change results).
+    The model runs on the device of its parameters; its train/eval mode is left as the caller set it.
+    """
+    if not prompts:
+        return GenerateOutput(tokens=[], logprobs=[], finished=[])
+    limits, eos = _check_inputs(prompts, max_new_tokens, eos_token_id)
+    result = GenerateOutput(
+        tokens=[[] for _ in prompts],
+        logprobs=[torch.zeros(0, dtype=torch.float32) for _ in prompts],
+        finished=[False] * len(prompts),
+    )
+    # Rows with nothing to generate never enter the batch.
+    active = [i for i, n in enumerate(limits) if n > 0]
+    if not active:
+        return result
+    tokens, logprobs, lengths, finished = _decode(
+        model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id
+    )
+    # Built outside inference mode: clone() turns inference tensors into ordinary ones the trainer may save.
+    for row, i in enumerate(active):
+        n = int(lengths[row])
+        result.tokens[i] = tokens[row, :n].tolist()
+        result.logprobs[i] = logprobs[row, :n].clone()
+        result.finished[i] = bool(finished[row])
+    return result

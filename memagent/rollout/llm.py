@@ -1,0 +1,101 @@
+"""The LLM backend interface agents talk to, and the local backend on our own generation engine.
+
+A backend answers a batch of `ChatRequest`s in one call: the scheduler gathers every pending request of every
+agent and sends them together, so a local backend fills one generation batch and an HTTP backend fires them
+concurrently. Backends also carry the policy tokenizer, because MemAgent chunks documents and budgets prompts
+in the policy's own tokens (memagent-spec.md §1), whichever process runs the model.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from memagent.rollout.generate import PLAIN_SAMPLING, generate
+from memagent.rollout.records import ChatRequest, Completion
+from memagent.rollout.sampling import SamplingParams
+
+END_TOKENS = ("<|im_end|>", "<|endoftext|>")
+"""Tokens that end a turn besides the tokenizer's eos (ChatML end of turn, Qwen's end of text)."""
+
+
+class LLM(Protocol):
+    """Anything that completes a batch of chats: the local engine here, or an OpenAI-compatible client."""
+
+    tokenizer: PreTrainedTokenizerBase | None
+    """The policy tokenizer: chunks and budgets are counted in its tokens (None: plain chats only)."""
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        """One completion per request, in request order, from one batched call."""
+        ...
+
+
+def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """Ids that end a response: the tokenizer's eos, then the `END_TOKENS` in its vocabulary, no repeats."""
+    vocab = tokenizer.get_vocab()
+    ids = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+    for token in END_TOKENS:
+        if token in vocab and vocab[token] not in ids:
+            ids.append(vocab[token])
+    return ids
+
+
+class LocalLLM:
+    """A backend that renders chats with the tokenizer's chat template and samples with `generate`.
+
+    Each request's messages go through `apply_chat_template(add_generation_prompt=True)`; the whole batch is
+    one `generate` call with each request's own max_new_tokens; responses are decoded with special tokens
+    skipped.
+    The Completion keeps the token ids and behaviour log-probs, which the trainer needs.
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        params: SamplingParams = PLAIN_SAMPLING,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.params = params
+        self.generator = generator
+        self.eos_token_ids = stop_token_ids(tokenizer)
+        if not self.eos_token_ids:
+            raise ValueError(
+                "LocalLLM: the tokenizer has no eos token and no <|im_end|>/<|endoftext|>: set an eos"
+            )
+
+    def render(self, request: ChatRequest) -> list[int]:
+        """Prompt token ids of one request: chat template applied, generation prompt added."""
+        return self.tokenizer.apply_chat_template(
+            list(request.messages), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        if not requests:
+            return []
+        prompts = [self.render(r) for r in requests]
+        pad = self.tokenizer.pad_token_id
+        out = generate(
+            self.model,
+            prompts,
+            max_new_tokens=[r.max_new_tokens for r in requests],
+            eos_token_id=self.eos_token_ids,
+            params=self.params,
+            generator=self.generator,
+            pad_token_id=self.eos_token_ids[0] if pad is None else pad,
+        )
+        return [
+            Completion(
+                text=self.tokenizer.decode(tokens, skip_special_tokens=True),
+                prompt_ids=prompt,
+                response_ids=tokens,
+                logprobs=logprobs,
+                finished=finished,
+            )
+            for prompt, tokens, logprobs, finished in zip(prompts, out.tokens, out.logprobs, out.finished)
+        ]

@@ -1,0 +1,119 @@
+"""MemAgent's two prompts, in our own wording, and the budgets of its workflow.
+
+The structure follows MemAgent (paper Table 1; memagent-spec.md §1): a memory-update prompt made of an
+instruction paragraph and the `<problem>`, `<memory>` and `<section>` blocks, ending with "Updated memory:";
+and a final prompt asking for the answer in \\boxed{} from the memory alone, with `<problem>` and `<memory>`
+blocks, ending with "Your answer:". Each prompt is sent as a single user message, so the tokenizer's chat
+template adds its own default system prompt (Qwen2.5's, as MemAgent does) and the generation prompt. The
+wording is ours; MemAgent's trailing space after `<problem>` is left out.
+
+Question budget: a question longer than `MemoryConfig.question_tokens` tokens keeps its *last* question_tokens
+tokens (`fit_question`). Task questions put their instructions first and the query itself last ("... Question:
+who ...?"), so the end is the part to keep; the prompt then stays within question + memory + chunk + template
+tokens, as MemAgent sizes its prompt window (memory.py L33-34).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+Messages = tuple[dict[str, str], ...]
+
+MEMORY_UPDATE_TEMPLATE = """\
+You are reading a long article one section at a time in order to solve a problem. Below are the problem, \
+your memory of the sections read so far, and the next section, which may or may not contain what the problem \
+asks for. Read the section and rewrite the memory: add any new information that helps to solve the problem, \
+and keep every relevant detail that the memory already holds.
+
+<problem>
+{problem}
+</problem>
+
+<memory>
+{memory}
+</memory>
+
+<section>
+{chunk}
+</section>
+
+Updated memory:
+"""
+"""The memory-update prompt; fields problem, memory, chunk."""
+
+FINAL_ANSWER_TEMPLATE = """\
+You have read a long article section by section and kept a memory of it. Using only that memory, solve the \
+problem below and put the final answer in \\boxed{{}}.
+
+<problem>
+{problem}
+</problem>
+
+<memory>
+{memory}
+</memory>
+
+Your answer:
+"""
+"""The final-answer prompt; fields problem, memory. `\\boxed{{}}` renders as `\\boxed{}` (MemAgent's async and
+eval modes, not the doubled braces its sync trainer shows by accident)."""
+
+
+@dataclass(frozen=True)
+class MemoryConfig:
+    """Budgets of the MemAgent workflow, at the paper's scale by default (memagent-spec.md §1)."""
+
+    chunk_tokens: int = 5000
+    """Document tokens per chunk (policy tokenizer, no special tokens), at fixed offsets [k*C, (k+1)*C)."""
+    memory_tokens: int = 1024
+    """Max new tokens of each memory update; the memory is the whole (possibly cut) update."""
+    answer_tokens: int = 1024
+    """Max new tokens of the final answer."""
+    max_chunks: int | None = 8
+    """Training cap: center-truncate documents to max_chunks * chunk_tokens tokens; None = no cap (eval)."""
+    question_tokens: int = 1024
+    """Prompt budget for the question; a longer one keeps its last question_tokens tokens (`fit_question`)."""
+    initial_memory: str = "No previous memory"
+    """The memory shown with the first chunk (and in the final prompt of an empty document)."""
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"MemoryConfig: {name} must be >= 1, got {getattr(self, name)}")
+        if self.max_chunks is not None and self.max_chunks < 1:
+            raise ValueError(f"MemoryConfig: max_chunks must be >= 1 or None (no cap), got {self.max_chunks}")
+
+    @property
+    def max_document_tokens(self) -> int | None:
+        """Token cap of a document under center truncation, or None when there is no cap."""
+        return None if self.max_chunks is None else self.max_chunks * self.chunk_tokens
+
+
+def fit_question(question: str, tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> str:
+    """The question, or its last `max_tokens` tokens decoded when it is longer (see the module docstring).
+
+    A question within the budget is returned unchanged (no decode/re-encode round trip).
+    """
+    if max_tokens < 1:
+        raise ValueError(f"fit_question: max_tokens must be >= 1, got {max_tokens}")
+    ids = tokenizer(question, add_special_tokens=False)["input_ids"]
+    if len(ids) <= max_tokens:
+        return question
+    return tokenizer.decode(ids[-max_tokens:], skip_special_tokens=True)
+
+
+def render_memory_update(problem: str, memory: str, chunk: str) -> str:
+    """The memory-update prompt text for one chunk."""
+    return MEMORY_UPDATE_TEMPLATE.format(problem=problem, memory=memory, chunk=chunk)
+
+
+def render_final_answer(problem: str, memory: str) -> str:
+    """The final-answer prompt text."""
+    return FINAL_ANSWER_TEMPLATE.format(problem=problem, memory=memory)
+
+
+def user_message(content: str) -> Messages:
+    """A single-user-message chat: the backend's chat template adds the default system prompt."""
+    return ({"role": "user", "content": content},)

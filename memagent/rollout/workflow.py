@@ -1,0 +1,148 @@
+"""The MemAgent workflow: read a document chunk by chunk, overwrite a fixed-budget memory, answer from it.
+
+memory_0 = "No previous memory"; for each chunk k, memory_k = LLM(problem, memory_{k-1}, chunk_k), which
+replaces the old memory; then answer = LLM(problem, memory_K) (paper Sec. 2; memagent-spec.md §1). Every call
+is a fresh single-turn chat, recorded as its own Conversation: kind MEMORY (chunk_index k, text = the memory
+after the step) for each chunk, then one ANSWER. All response tokens were sampled, so their mask is 1 (EOS
+included when produced).
+
+Memory budget. Each update is capped at `memory_tokens` new tokens; the memory is the whole decoded update
+(special tokens skipped, surrounding whitespace stripped), verbatim, even when the cap cut it
+(Conversation.finished False): MemAgent neither penalizes, summarizes nor retries an overflowing memory. The
+budget is on generated tokens; the memory text is re-tokenized inside the next prompt, which may count a few
+tokens differently (e.g. a cut multi-byte character decodes to U+FFFD).
+
+Documents. Training center-truncates a document to max_chunks * chunk_tokens tokens; with max_chunks None
+(evaluation) nothing is dropped. An empty document has no chunks: the agent answers from the initial memory at
+once. A question longer than question_tokens keeps its last question_tokens tokens (prompts.fit_question).
+
+Batching. `run_memagent` runs N questions x G samples as N*G agents under the scheduler, so the k-th memory
+updates of all trajectories are one generation batch; a shorter document asks for its answer earlier, in the
+same batch as the others' updates. Memory: each document is tokenized once into int32 ids shared by its G
+agents, and chunks are decoded one at a time. Each Conversation keeps its prompt ids, which together hold the
+document again (as Python ints); `keep_prompt_ids=False` drops them for evaluation of multi-million-token
+documents, leaving per chunk only the memory and its at most memory_tokens response ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from memagent.data.records import Sample
+from memagent.rollout.agents import AgentResult, conversation_from_completion
+from memagent.rollout.chunking import (
+    TokenIds,
+    as_token_array,
+    center_truncate,
+    iter_chunks,
+    tokenize_document,
+)
+from memagent.rollout.llm import LLM
+from memagent.rollout.prompts import (
+    MemoryConfig,
+    fit_question,
+    render_final_answer,
+    render_memory_update,
+    user_message,
+)
+from memagent.rollout.records import ANSWER, MEMORY, ChatRequest, Completion, Conversation, Trajectory
+from memagent.rollout.scheduler import run_agents
+
+
+def prepare_document(
+    document: str | TokenIds, tokenizer: PreTrainedTokenizerBase, config: MemoryConfig
+) -> np.ndarray:
+    """Document token ids ([T] int32), center-truncated to config.max_document_tokens when there is a cap.
+
+    Ids already within the cap are returned without a copy, so preparing twice costs nothing.
+    """
+    ids = tokenize_document(document, tokenizer) if isinstance(document, str) else as_token_array(document)
+    cap = config.max_document_tokens
+    return ids if cap is None else center_truncate(ids, cap)
+
+
+def _record(
+    completion: Completion, kind: str, chunk_index: int, text: str, keep_prompt_ids: bool
+) -> Conversation:
+    conversation = conversation_from_completion(completion, kind=kind, chunk_index=chunk_index, text=text)
+    if not keep_prompt_ids:
+        conversation.prompt_ids = []
+    return conversation
+
+
+def memagent_agent(
+    question: str,
+    document: str | TokenIds,
+    tokenizer: PreTrainedTokenizerBase,
+    config: MemoryConfig,
+    *,
+    keep_prompt_ids: bool = True,
+) -> Generator[ChatRequest, Completion, AgentResult]:
+    """One MemAgent rollout of one question, as an agent (agents.py): K MEMORY + 1 ANSWER conversations.
+
+    document: the text or its token ids (ids within the config's cap are used as given, without a copy).
+    """
+    problem = fit_question(question, tokenizer, config.question_tokens)
+    ids = prepare_document(document, tokenizer, config)
+    memory = config.initial_memory
+    conversations: list[Conversation] = []
+    for k, chunk in enumerate(iter_chunks(ids, tokenizer, config.chunk_tokens)):
+        prompt = render_memory_update(problem, memory, chunk)
+        completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=config.memory_tokens)
+        if completion.error is not None:
+            return AgentResult(conversations=conversations, answer="", error=completion.error)
+        memory = completion.text.strip()  # overwrite: the old memory is gone (memagent-spec.md §1)
+        conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids))
+
+    prompt = render_final_answer(problem, memory)
+    completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=config.answer_tokens)
+    if completion.error is not None:
+        return AgentResult(conversations=conversations, answer="", error=completion.error)
+    conversations.append(_record(completion, ANSWER, -1, completion.text, keep_prompt_ids))
+    return AgentResult(conversations=conversations, answer=completion.text)
+
+
+def run_memagent(
+    samples: list[Sample],
+    llm: LLM,
+    config: MemoryConfig,
+    *,
+    group_size: int = 1,
+    keep_prompt_ids: bool = True,
+) -> list[Trajectory]:
+    """Roll out every question group_size times; returns N * G trajectories, each question's G contiguous.
+
+    Trajectory i answers samples[i // group_size] (sample_index = the question's position in `samples`, the
+    group id of the advantage). A trajectory whose backend call failed has extras["llm_error"] = 1.0 and
+    answer "", so the verifier scores it as wrong. The documents are chunked with `llm.tokenizer`.
+    """
+    if group_size < 1:
+        raise ValueError(f"run_memagent: group_size must be >= 1, got {group_size}")
+    tokenizer = llm.tokenizer
+    if tokenizer is None:
+        raise ValueError(
+            "run_memagent: the LLM backend has no tokenizer; give it the policy's (chunks are in its tokens)"
+        )
+    agents = []
+    for sample in samples:
+        ids = prepare_document(
+            sample.context, tokenizer, config
+        )  # once per question, shared by its G rollouts
+        agents += [
+            memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids)
+            for _ in range(group_size)
+        ]
+    results = run_agents(agents, llm)
+    return [
+        Trajectory(
+            sample_index=i // group_size,
+            conversations=result.conversations,
+            answer=result.answer,
+            num_chunks=sum(c.kind == MEMORY for c in result.conversations),
+            extras={} if result.error is None else {"llm_error": 1.0},
+        )
+        for i, result in enumerate(results)
+    ]

@@ -1,0 +1,134 @@
+"""Chunked log-probs equal the naive full log-softmax, in value and in gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from memagent.model.logprobs import TokenLogprobs, token_logprobs
+
+
+def naive_logprobs(model, ids: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0):
+    """Reference: full [B, T, V] float32 log-softmax of model(...).logits; [B, T] log-probs and entropies."""
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    z = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float() / temperature
+    logp_all = F.log_softmax(z[:, :-1], dim=-1)  # [B, T-1, V]
+    logp = logp_all.gather(-1, ids[:, 1:, None]).squeeze(-1)
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    keep = mask[:, 1:].bool() & mask[:, :-1].bool()
+    zero = torch.zeros_like(ids[:, :1], dtype=torch.float32)
+    logp = torch.cat([zero, torch.where(keep, logp, 0.0)], dim=1)
+    entropy = torch.cat([zero, torch.where(keep, entropy, 0.0)], dim=1)
+    return logp, entropy
+
+
+def left_padded_batch(vocab: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three rows of lengths 37, 20 and 5, left-padded to T = 37 with pad id 0."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [37, 20, 5]
+    ids = torch.zeros(3, 37, dtype=torch.long)
+    mask = torch.zeros(3, 37, dtype=torch.long)
+    for row, n in enumerate(lengths):
+        ids[row, 37 - n :] = torch.randint(3, vocab, (n,), generator=g)
+        mask[row, 37 - n :] = 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 1.3])
+@pytest.mark.parametrize("chunk_tokens", [7, 1024])
+def test_chunked_equals_naive_in_value_and_entropy(tiny_model, temperature: float, chunk_tokens: int) -> None:
+    ids, mask = left_padded_batch(tiny_model.config.vocab_size)
+    with torch.no_grad():
+        got = token_logprobs(
+            tiny_model, ids, mask, temperature=temperature, chunk_tokens=chunk_tokens, with_entropy=True
+        )
+        want_logp, want_ent = naive_logprobs(tiny_model, ids, mask, temperature)
+    assert isinstance(got, TokenLogprobs)
+    assert got.logprobs.shape == ids.shape and got.logprobs.dtype == torch.float32
+    torch.testing.assert_close(got.logprobs, want_logp, rtol=0, atol=1e-5)
+    torch.testing.assert_close(got.entropy, want_ent, rtol=0, atol=1e-5)
+
+
+def test_chunked_gradient_equals_naive_gradient(tiny_model_dir) -> None:
+    from memagent.model import load_model
+
+    chunked, naive = (load_model(tiny_model_dir, device="cpu").train() for _ in range(2))
+    ids, mask = left_padded_batch(chunked.config.vocab_size, seed=1)
+    weights = torch.randn(ids.shape, generator=torch.Generator().manual_seed(2))
+    got = token_logprobs(chunked, ids, mask, temperature=0.8, chunk_tokens=16, with_entropy=True)
+    want_logp, want_ent = naive_logprobs(naive, ids, mask, temperature=0.8)
+    ((got.logprobs * weights).sum() + got.entropy.sum() * 0.1).backward()
+    ((want_logp * weights).sum() + want_ent.sum() * 0.1).backward()
+    for (name, p), q in zip(chunked.named_parameters(), naive.parameters(), strict=True):
+        assert p.grad is not None, name
+        torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-5, msg=name)
+
+
+def test_padding_positions_and_first_position_are_zero(tiny_model) -> None:
+    ids, mask = left_padded_batch(tiny_model.config.vocab_size)
+    with torch.no_grad():
+        out = token_logprobs(tiny_model, ids, mask, with_entropy=True)
+    assert bool((out.logprobs[:, 0] == 0).all())
+    assert bool((out.logprobs[mask == 0] == 0).all()) and bool((out.entropy[mask == 0] == 0).all())
+    first_real = mask.argmax(-1)  # [B]: each row's first real token has no prefix, so it holds 0 too
+    assert bool((out.logprobs[torch.arange(3), first_real] == 0).all())
+    with_prefix = mask.bool().clone()
+    with_prefix[torch.arange(3), first_real] = False
+    assert bool((out.logprobs[with_prefix] < 0).all()) and bool((out.entropy[with_prefix] > 0).all())
+
+
+def test_left_padding_does_not_change_a_rows_logprobs(tiny_model) -> None:
+    ids, mask = left_padded_batch(tiny_model.config.vocab_size)
+    with torch.no_grad():
+        batched = token_logprobs(tiny_model, ids, mask).logprobs
+        alone = token_logprobs(tiny_model, ids[1:2, -20:], mask[1:2, -20:]).logprobs
+    torch.testing.assert_close(batched[1:2, -20:], alone, rtol=0, atol=1e-5)
+
+
+def test_right_padding_is_supported(tiny_model) -> None:
+    ids, mask = left_padded_batch(tiny_model.config.vocab_size)
+    right_ids, right_mask = ids.clone(), mask.clone()
+    right_ids[2] = torch.cat([ids[2, -5:], ids[2, :-5]])
+    right_mask[2] = torch.cat([mask[2, -5:], mask[2, :-5]])
+    with torch.no_grad():
+        left = token_logprobs(tiny_model, ids, mask).logprobs
+        right = token_logprobs(tiny_model, right_ids, right_mask).logprobs
+    torch.testing.assert_close(right[2, :5], left[2, -5:], rtol=0, atol=1e-5)
+    assert bool((right[2, 5:] == 0).all())
+
+
+def test_target_mask_computes_only_selected_positions(tiny_model) -> None:
+    ids, mask = left_padded_batch(tiny_model.config.vocab_size)
+    target = torch.zeros_like(mask, dtype=torch.bool)
+    target[:, -4:] = True
+    with torch.no_grad():
+        full = token_logprobs(tiny_model, ids, mask).logprobs
+        part = token_logprobs(tiny_model, ids, mask, target_mask=target).logprobs
+    torch.testing.assert_close(part[:, -4:], full[:, -4:], rtol=0, atol=0)
+    assert bool((part[:, :-4] == 0).all())
+
+
+def test_logprobs_at_temperature_normalise_to_one(tiny_model) -> None:
+    """Summing exp(log p) over every candidate next token gives 1: the temperature is a proper softmax."""
+    ids = torch.tensor([[5, 9, 17, 4]])
+    vocab = tiny_model.config.vocab_size
+    candidates = torch.cat([ids.repeat(vocab, 1), torch.arange(vocab)[:, None]], dim=1)  # [V, 5]
+    with torch.no_grad():
+        out = token_logprobs(tiny_model, candidates, torch.ones_like(candidates), temperature=0.5)
+    torch.testing.assert_close(out.logprobs[:, -1].exp().sum(), torch.tensor(1.0), rtol=0, atol=1e-5)
+
+
+def test_single_token_sequences_give_zeros(tiny_model) -> None:
+    ids = torch.tensor([[5], [6]])
+    out = token_logprobs(tiny_model, ids, torch.ones_like(ids), with_entropy=True)
+    assert out.logprobs.shape == (2, 1) and bool((out.logprobs == 0).all()) and bool((out.entropy == 0).all())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"), [({"temperature": 0.0}, "temperature"), ({"chunk_tokens": 0}, "chunk")]
+)
+def test_bad_arguments_are_refused(tiny_model, kwargs: dict, message: str) -> None:
+    ids = torch.tensor([[5, 6, 7]])
+    with pytest.raises(ValueError, match=message):
+        token_logprobs(tiny_model, ids, torch.ones_like(ids), **kwargs)

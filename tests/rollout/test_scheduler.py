@@ -1,0 +1,122 @@
+"""The scheduler: one batched backend call per round, results routed back in input order."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memagent.rollout.agents import AgentResult, single_turn_agent
+from memagent.rollout.llm import LocalLLM
+from memagent.rollout.prompts import MemoryConfig
+from memagent.rollout.records import ChatRequest, Completion
+from memagent.rollout.sampling import SamplingParams
+from memagent.rollout.scheduler import run_agents
+from memagent.rollout.tool_agent import calculator_agent
+from memagent.rollout.workflow import memagent_agent
+
+GREEDY = SamplingParams(temperature=0.0)
+CONFIG = MemoryConfig(chunk_tokens=24, memory_tokens=6, answer_tokens=5, max_chunks=None, question_tokens=32)
+DOCS = [
+    "",
+    "A short document about the river.",
+    "The capital of France is Paris. The capital of Japan is Tokyo. " * 2,
+]
+
+
+class CountingLLM:
+    """Wraps a backend and records the size of every batched call."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.tokenizer = inner.tokenizer
+        self.batch_sizes: list[int] = []
+
+    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+        self.batch_sizes.append(len(requests))
+        return self.inner.complete(requests)
+
+
+def _mixed_agents(tokenizer) -> list:
+    agents = [
+        memagent_agent(f"Question {i}: what is the capital?", doc, tokenizer, CONFIG)
+        for i, doc in enumerate(DOCS)
+    ]
+    agents.append(single_turn_agent("Say hello.", max_new_tokens=3))
+    agents.append(calculator_agent("What is 6 * 7?", tokenizer, max_new_tokens=4, max_turns=2))
+    return agents
+
+
+def test_batched_results_equal_running_each_agent_alone(tiny_model, tiny_tokenizer) -> None:
+    llm = LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY)
+    batched = run_agents(_mixed_agents(tiny_tokenizer), llm)
+    alone = [run_agents([agent], llm)[0] for agent in _mixed_agents(tiny_tokenizer)]
+    assert len(batched) == len(alone) == len(DOCS) + 2
+    for together, single in zip(batched, alone):
+        assert together.answer == single.answer
+        assert len(together.conversations) == len(single.conversations)
+        for a, b in zip(together.conversations, single.conversations):
+            assert (a.prompt_ids, a.response_ids, a.response_mask, a.text) == (
+                b.prompt_ids,
+                b.response_ids,
+                b.response_mask,
+                b.text,
+            )
+            assert (a.kind, a.chunk_index, a.finished) == (b.kind, b.chunk_index, b.finished)
+            torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=0)
+
+
+def test_one_backend_call_per_round_with_every_pending_request(tiny_model, tiny_tokenizer) -> None:
+    llm = CountingLLM(LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY))
+    agents = [memagent_agent("q?", doc, tiny_tokenizer, CONFIG) for doc in DOCS]
+    results = run_agents(agents, llm)
+    chunks = [len(r.conversations) - 1 for r in results]
+    assert chunks[0] == 0 and chunks[1] == 1 and chunks[2] > 1
+    # Round r holds every agent that has not returned yet: agent i asks in rounds 0..chunks[i].
+    assert llm.batch_sizes == [sum(c >= r for c in chunks) for r in range(max(chunks) + 1)]
+
+
+def test_results_come_back_in_input_order() -> None:
+    class EchoLLM:
+        tokenizer = None
+
+        def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+            return [Completion(text=r.messages[0]["content"]) for r in requests]
+
+    def asks(n: int, tag: str):
+        answer = ""
+        for turn in range(n):
+            completion = yield ChatRequest(
+                messages=({"role": "user", "content": f"{tag}{turn}"},), max_new_tokens=1
+            )
+            answer = completion.text
+        return AgentResult(conversations=[], answer=answer)
+
+    results = run_agents([asks(3, "a"), asks(0, "b"), asks(1, "c"), asks(2, "d")], EchoLLM())
+    assert [r.answer for r in results] == ["a2", "", "c0", "d1"]
+
+
+def test_backend_returning_the_wrong_number_of_completions_is_refused() -> None:
+    class ShortLLM:
+        tokenizer = None
+
+        def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+            return []
+
+    with pytest.raises(ValueError, match="0 completions for 2 requests"):
+        run_agents(
+            [single_turn_agent("a", max_new_tokens=1), single_turn_agent("b", max_new_tokens=1)], ShortLLM()
+        )
+
+
+def test_an_agent_yielding_something_else_is_refused() -> None:
+    def bad_agent():
+        yield "not a request"
+
+    class NeverCalledLLM:
+        tokenizer = None
+
+        def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+            raise AssertionError("the scheduler must refuse the agent before calling the backend")
+
+    with pytest.raises(ValueError, match="ChatRequest"):
+        run_agents([bad_agent()], NeverCalledLLM())
