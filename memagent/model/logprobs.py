@@ -4,8 +4,9 @@ The policy-gradient loss needs log p(token_t | tokens_<t) for every sampled toke
 model(ids).logits.float())`, builds a [B, T, V] float32 tensor (for Qwen2.5 at T = 8K that is 5 GB per row) and
 keeps it alive for backward. Here the decoder runs once; the output head then runs over the flattened tokens in
 chunks of `chunk_tokens`, each chunk going logits -> / temperature -> float32 log-softmax -> gather, under
-`torch.utils.checkpoint` so backward recomputes a chunk's logits instead of storing them. The peak extra memory is
-one chunk's [chunk_tokens, V] logits. Positions that are padding, a row's first real token (no prefix) or
+`torch.utils.checkpoint` so backward recomputes a chunk's logits instead of storing them. The head's peak memory
+is then a few [chunk_tokens, V] float32 tensors (logits, log-softmax and their gradients while one chunk is in
+backward; bench/logprobs.md has measurements). Positions that are padding, a row's first real token (no prefix) or
 outside `target_mask` are skipped and hold 0, so their head cost is not paid at all.
 
 Temperature is applied exactly as the sampler applies it (logits / T in float32 after the head ran in the model's
@@ -59,12 +60,13 @@ def _chunk_logprobs(
     """
     # [N, V] float32. Dividing in place saves one V-sized copy: the head's backward needs its input, not its output.
     logits = head(hidden).float().div_(temperature)
-    lse = torch.logsumexp(logits, dim=-1)  # [N]
-    logp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    # log_softmax keeps one [N, V] tensor for backward; logsumexp + gather measured ~1.5x more peak memory.
+    logp_all = torch.log_softmax(logits, dim=-1)  # [N, V]
+    logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if not with_entropy:
         return logp, logp.new_empty(0)
-    # H = logsumexp(z) - sum softmax(z) * z, with softmax(z) = exp(z - lse).
-    entropy = lse - (torch.exp(logits - lse.unsqueeze(-1)) * logits).sum(-1)
+    # H = -sum p log p, which equals logsumexp(z) - sum softmax(z) * z.
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
     return logp, entropy
 
 
@@ -74,7 +76,7 @@ def token_logprobs(
     attention_mask: Tensor,
     *,
     temperature: float = 1.0,
-    chunk_tokens: int = 1024,
+    chunk_tokens: int = 512,
     with_entropy: bool = False,
     position_ids: Tensor | None = None,
     target_mask: Tensor | None = None,
@@ -87,8 +89,8 @@ def token_logprobs(
         input_ids: [B, T] long.
         attention_mask: [B, T] (bool/int), 1 for real tokens; any padding (left or right) is 0.
         temperature: > 0; logits are divided by it before the softmax, as in sampling.
-        chunk_tokens: how many (row, position) pairs go through the head at once; bounds the extra memory to a
-            [chunk_tokens, V] float32 tensor (plus its gradient in backward).
+        chunk_tokens: how many (row, position) pairs go through the head at once; the head's memory is a few
+            [chunk_tokens, V] float32 tensors, whatever B and T (Qwen2.5's V = 152K: about 0.3 GB each at 512).
         with_entropy: also return the entropy of each predictive distribution.
         position_ids: [B, T] long; default (cumsum(mask) - 1).clamp(min=0), which is what left-padded generation
             used.
