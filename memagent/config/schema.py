@@ -1,0 +1,243 @@
+"""Training configuration: one frozen dataclass per concern, one documented line per field.
+
+Defaults are the `tiny` preset (the embedded demo, `python train.py`); `memagent.config.presets` overrides them for
+`smoke` (tests) and `qwen2.5-7b` (the paper scale). Values are never mutated after construction; derived values are
+properties. Where a default follows DAPO (arXiv 2503.14476) rather than MemAgent's released scripts (arXiv
+2507.02259, verl fork), the field says so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The policy: an HF causal LM directory, or the tiny offline model built on first use."""
+
+    path: str = ""
+    """HF model directory; empty = build (once) and use the tiny offline model at `tiny_dir`."""
+    tiny_dir: str = "runs/tiny/model"
+    """Where the tiny model and its tokenizer (trained on the demo task's text) are built when `path` is empty."""
+    tiny_hidden_size: int = 96
+    """Tiny model: width of the residual stream."""
+    tiny_num_layers: int = 3
+    """Tiny model: number of decoder layers."""
+    tiny_intermediate_size: int = 384
+    """Tiny model: width of the SwiGLU MLP."""
+    tiny_vocab_size: int = 512
+    """Tiny model: tokenizer and embedding size."""
+    dtype: str = "auto"
+    """Training dtype: auto (bf16 on a CUDA device that supports it, else float32), float32, bfloat16."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass (saves memory at paper scale)."""
+
+
+@dataclass(frozen=True)
+class WorkflowConfig:
+    """The MemAgent workflow: chunk sizes and token budgets (MemAgent `recurrent.memory.config`)."""
+
+    chunk_tokens: int = 48
+    """Tokens of the document per chunk (MemAgent: 5000)."""
+    memory_tokens: int = 24
+    """Max new tokens of each memory update; the memory is overwritten by it (MemAgent: 1024)."""
+    answer_tokens: int = 12
+    """Max new tokens of the final answer (MemAgent: 1024)."""
+    max_chunks: int = 8
+    """Training cap on chunks per document, by center truncation (MemAgent: 8); evaluation has no cap."""
+    question_tokens: int = 64
+    """Budget for the question tokens in each prompt (MemAgent: 1024)."""
+    initial_memory: str = "No previous memory"
+    """Memory shown with the first chunk (MemAgent's string)."""
+
+
+@dataclass(frozen=True)
+class RolloutConfig:
+    """Sampling G trajectories per question and shaping their rewards (DAPO Sec. 3.2 and 3.4)."""
+
+    batch_size: int = 8
+    """Questions (groups) per RL step after dynamic sampling (MemAgent: 128)."""
+    group_size: int = 8
+    """G, rollouts per question; must be >= 2 for a group baseline (MemAgent: 16)."""
+    temperature: float = 1.0
+    """Rollout sampling temperature (MemAgent: 1.0); the loss uses the same temperature for log-probs."""
+    top_p: float = 1.0
+    """Rollout nucleus sampling (MemAgent: 1.0, i.e. off)."""
+    top_k: int = 0
+    """Rollout top-k (0 = off)."""
+    dynamic_sampling: bool = True
+    """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
+    max_refill_rounds: int = 4
+    """Extra rollout rounds to refill the batch; after them, a warning and a smaller batch."""
+    overlong_shaping: bool = True
+    """DAPO soft overlong penalty on the answer length, added to the correctness reward (MemAgent: off)."""
+    overlong_cache_tokens: int = 4
+    """L_cache of the overlong penalty: it ramps linearly over the last this-many tokens of `answer_tokens`."""
+    overlong_factor: float = 1.0
+    """Penalty at the answer cap (DAPO: 1.0)."""
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Multi-Conv DAPO loss: clipped token-level surrogate over all conversations of the step."""
+
+    clip_low: float = 0.2
+    """epsilon_low of the ratio clip (DAPO and MemAgent: 0.2)."""
+    clip_high: float = 0.28
+    """epsilon_high, DAPO's clip-higher (MemAgent's script: 0.2, symmetric)."""
+    clip_c: float | None = 10.0
+    """Dual clip c for negative advantages (DAPO recipe: 10.0; MemAgent: 3.0); none = off."""
+    agg: str = "token-mean"
+    """Aggregation: token-mean (DAPO, MemAgent), seq-mean-token-mean, seq-mean-token-sum, seq-mean-token-sum-norm."""
+    norm_len: float | None = None
+    """Constant L_c of seq-mean-token-sum-norm (Dr. GRPO); required for that mode only."""
+    scale_by_std: bool = True
+    """Divide advantages by the group std (GRPO/DAPO); False = R - mean (MemAgent's released runs, Dr. GRPO)."""
+    adv_eps: float = 1e-6
+    """epsilon of the advantage denominator std + eps."""
+    kl_coef: float = 0.0
+    """Coefficient of a KL loss to a frozen reference model (DAPO: 0, off; MemAgent: 0.001 low_var_kl)."""
+    kl_kind: str = "k3"
+    """KL estimator: k1, k2, k3, k3+ (aliases kl, mse, low_var_kl)."""
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW, linear warm-up then constant lr, gradient clipping, mini- and micro-batching."""
+
+    lr: float = 3e-4
+    """Peak learning rate (MemAgent: 1e-6)."""
+    warmup_steps: int = 2
+    """Optimizer updates of linear warm-up from 0, then constant (MemAgent: 20)."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay (MemAgent: 0.01)."""
+    beta1: float = 0.9
+    """AdamW beta1."""
+    beta2: float = 0.999
+    """AdamW beta2."""
+    eps: float = 1e-8
+    """AdamW epsilon."""
+    grad_clip: float = 1.0
+    """Max global gradient norm (MemAgent: 1.0); 0 = no clipping. A non-finite norm skips the update."""
+    mini_batches: int = 2
+    """Optimizer updates per RL step; the step's conversations are split into this many (MemAgent: 16)."""
+    micro_batch_tokens: int = 8192
+    """Token budget (rows x padded length) of one forward/backward micro-batch; any value gives the same loss."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Synthetic long-context training and held-out evaluation data."""
+
+    task: str = "code_lookup"
+    """Synthetic task generator of memagent.data (generate_<task>), used when train_file is empty."""
+    train_file: str = ""
+    """Training questions from a MemAgent/RULER JSON or JSONL file (memagent.data readers); empty = synthetic."""
+    eval_file: str = ""
+    """Held-out questions from a file (evaluated at its own length); empty = synthetic at eval_chunk_factors."""
+    train_chunks: int = 2
+    """Document length at training, in chunks (the context has train_chunks * chunk_tokens tokens)."""
+    num_train: int = 4000
+    """Training questions (generated once from the seed; the stream reshuffles every epoch)."""
+    num_eval: int = 64
+    """Held-out questions per evaluation length."""
+    eval_chunk_factors: tuple[int, ...] = (1, 4)
+    """Evaluation lengths as multiples of train_chunks (uncapped: evaluation has no max_chunks)."""
+    seed: int = 0
+    """Seed of the data generators (held-out data uses seed + 1)."""
+
+
+@dataclass(frozen=True)
+class WarmStartConfig:
+    """Supervised warm start on oracle memory traces, run before RL when the output dir has no checkpoint."""
+
+    steps: int = 60
+    """SFT optimizer updates; 0 = no warm start. Deliberately short, so the warm start is partial."""
+    batch_questions: int = 8
+    """Questions per SFT update (each gives all its oracle conversations)."""
+    lr: float = 3e-3
+    """SFT learning rate (AdamW, 10% warm-up then constant)."""
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Held-out evaluation (before RL and at the end, and every `every` steps)."""
+
+    every: int = 0
+    """Evaluate every this-many RL steps (0 = only before and after RL)."""
+    temperature: float = 0.0
+    """Evaluation temperature (0 = greedy; DESIGN's paper-scale evaluation uses 0.7)."""
+    top_p: float = 1.0
+    """Evaluation nucleus sampling (paper scale: 0.95)."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Steps, seeds, output, logging, checkpoints and the distributed backend."""
+
+    steps: int = 40
+    """RL steps (each: rollout, dynamic sampling, `mini_batches` optimizer updates)."""
+    seed: int = 0
+    """Seed of python, numpy, torch and the rollout generator."""
+    output_dir: str = "runs/tiny"
+    """Checkpoints, metrics.jsonl, traces and TensorBoard events go here."""
+    resume: str = ""
+    """Empty = start fresh (refuses a dir that has checkpoints), 'latest' = newest checkpoint in output_dir, or a path."""
+    deepspeed: str = ""
+    """DeepSpeed JSON config (configs/ds_zero{1,2,3}.json); empty = plain PyTorch (DDP under torchrun)."""
+    device: str = "auto"
+    """auto (cuda:LOCAL_RANK when available, else cpu), cpu or cuda."""
+    save_every: int = 10
+    """Write a checkpoint every this-many steps (and after the last); 0 = only after the last."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept on disk (the newest ones)."""
+    trace_every: int = 10
+    """Dump sample trajectories as readable text every this-many steps (0 = never)."""
+    progress: bool = True
+    """Show progress bars for rollout and update phases on rank 0."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything train.py needs, one section per concern."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    workflow: WorkflowConfig = field(default_factory=WorkflowConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    run: RunConfig = field(default_factory=RunConfig)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+def validate(cfg: TrainConfig) -> None:
+    """Raise ValueError naming the field for values the trainer cannot run with."""
+    r, lo, op, wf, d = cfg.rollout, cfg.loss, cfg.optim, cfg.workflow, cfg.data
+    checks = [
+        (r.group_size >= 2, f"rollout.group_size={r.group_size}: a group baseline needs at least 2 rollouts"),
+        (r.batch_size >= 1, f"rollout.batch_size={r.batch_size}: need at least 1 question per step"),
+        (r.max_refill_rounds >= 0, "rollout.max_refill_rounds must be >= 0"),
+        (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
+         f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),
+        (lo.agg in AGG_MODES, f"loss.agg={lo.agg!r}: expected one of {AGG_MODES}"),
+        (lo.agg != "seq-mean-token-sum-norm" or lo.norm_len, "loss.norm_len is required by seq-mean-token-sum-norm"),
+        (lo.kl_coef >= 0, "loss.kl_coef must be >= 0"),
+        (op.mini_batches >= 1, f"optim.mini_batches={op.mini_batches} must be >= 1"),
+        (op.micro_batch_tokens >= 1, "optim.micro_batch_tokens must be >= 1"),
+        (op.lr > 0, f"optim.lr={op.lr} must be > 0"),
+        (min(wf.chunk_tokens, wf.memory_tokens, wf.answer_tokens, wf.max_chunks) >= 1,
+         "workflow.chunk_tokens, memory_tokens, answer_tokens and max_chunks must be >= 1"),
+        (d.train_chunks >= 1 and d.num_eval >= 0, "data.train_chunks must be >= 1 and data.num_eval >= 0"),
+        (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
+        (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(message)

@@ -1,0 +1,211 @@
+"""The optimizer update of Multi-Conv DAPO: conversations -> micro-batches -> one exact global loss.
+
+Each conversation of each trajectory is one training row (prompt + response, loss on the sampled response tokens).
+The loss of one optimizer update is DAPO's token mean over ALL rows of the mini-batch on ALL data-parallel ranks:
+
+    L = sum_{rows, t} m_t * l_t / N,        N = sum over ranks of the mini-batch's valid tokens (rl-math.md §2)
+
+N (num_tokens; num_seqs for the seq-* modes) is counted and all-reduced (SUM) BEFORE the micro-batch loop, each
+micro-batch backpropagates its own sum divided by the global N, and each rank multiplies by the world size W to
+cancel the 1/W of DDP / DeepSpeed gradient averaging. Any micro-batch token budget and any rank count therefore
+give the same gradient. Ranks run the same number of micro-batches (empty ones where they have fewer rows), since
+ZeRO-3 forward passes and DDP's synced backward are collectives.
+
+What this file leaves out: the math (memagent.rl.loss / kl), and how gradients are reduced and applied (a
+`Backend`, memagent.training.backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from memagent.config import LossConfig
+from memagent.model.logprobs import token_logprobs
+from memagent.rl.kl import kl_penalty
+from memagent.rl.loss import aggregate, policy_loss
+
+
+@dataclass
+class TrainRow:
+    """One conversation ready for the loss: prompt + response ids and per-response-token inputs."""
+
+    input_ids: list[int]
+    """Prompt then response token ids."""
+    prompt_len: int
+    """Number of prompt tokens at the start of input_ids (never trained on)."""
+    response_mask: list[int]
+    """[len(input_ids) - prompt_len] 1 = sampled by the policy (trained), 0 = forced."""
+    advantage: float
+    """The trajectory's group advantage, broadcast to this conversation."""
+    old_logprobs: Tensor | None = None
+    """[response length] float32 log-probs under the policy before the update (recomputed, no grad)."""
+    ref_logprobs: Tensor | None = None
+    """[response length] float32 log-probs under the frozen reference model (KL only)."""
+
+    @property
+    def num_trained_tokens(self) -> int:
+        return int(sum(self.response_mask))
+
+
+@dataclass
+class MicroBatch:
+    """Right-padded tensors of a few rows. Position t of the *_logp tensors is log p(ids[t] | ids[<t])."""
+
+    input_ids: Tensor
+    """[B, T] long."""
+    attention_mask: Tensor
+    """[B, T] long, 1 for real tokens."""
+    loss_mask: Tensor
+    """[B, T] bool, True on sampled response tokens."""
+    advantages: Tensor
+    """[B] float32."""
+    old_logp: Tensor
+    """[B, T] float32 (0 off the loss mask)."""
+    ref_logp: Tensor | None
+    """[B, T] float32 or None."""
+
+
+def pack_by_token_budget(lengths: list[int], budget: int) -> list[list[int]]:
+    """Group row indices, in order, so each group's padded size (rows x longest row) fits `budget` tokens.
+
+    A row longer than the budget gets a micro-batch of its own. Sorting is left to the caller: keeping the order
+    keeps the packing (and the float summation order) a pure function of the rows.
+    """
+    groups: list[list[int]] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if groups and (len(groups[-1]) + 1) * max(longest, n) <= budget:
+            groups[-1].append(i)
+            longest = max(longest, n)
+        else:
+            groups.append([i])
+            longest = n
+    return groups
+
+
+def collate(rows: list[TrainRow], pad_id: int, device: torch.device) -> MicroBatch:
+    """Right-pad rows into one MicroBatch; an empty list gives a two-token all-masked dummy row."""
+    if not rows:
+        rows = [TrainRow(input_ids=[pad_id, pad_id], prompt_len=1, response_mask=[0], advantage=0.0)]
+    T = max(len(r.input_ids) for r in rows)
+    B = len(rows)
+    ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attn = torch.zeros(B, T, dtype=torch.long)
+    loss_mask = torch.zeros(B, T, dtype=torch.bool)
+    old = torch.zeros(B, T)
+    ref = torch.zeros(B, T) if all(r.ref_logprobs is not None for r in rows) else None
+    for i, r in enumerate(rows):
+        n, p = len(r.input_ids), r.prompt_len
+        ids[i, :n] = torch.tensor(r.input_ids)
+        attn[i, :n] = 1
+        loss_mask[i, p:n] = torch.tensor(r.response_mask, dtype=torch.bool)
+        if r.old_logprobs is not None:
+            old[i, p:n] = r.old_logprobs
+        if ref is not None and r.ref_logprobs is not None:
+            ref[i, p:n] = r.ref_logprobs
+    adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
+    to = dict(device=device)
+    return MicroBatch(ids.to(**to), attn.to(**to), loss_mask.to(**to), adv.to(**to), old.to(**to),
+                      None if ref is None else ref.to(**to))
+
+
+def micro_batches(rows: list[TrainRow], budget: int, count: int | None = None) -> list[list[TrainRow]]:
+    """Rows packed by token budget, padded with empty micro-batches up to `count` (the max over ranks)."""
+    packs = [[rows[i] for i in g] for g in pack_by_token_budget([len(r.input_ids) for r in rows], budget)]
+    return packs + [[] for _ in range(max(0, (count or 0) - len(packs)))]
+
+
+@torch.no_grad()
+def response_logprobs(
+    model: nn.Module, rows: list[TrainRow], *, budget: int, pad_id: int, temperature: float, device: torch.device,
+    num_micro: int | None = None,
+) -> list[Tensor]:
+    """Per-row [response length] float32 log-probs under `model` (no grad): the old policy or the reference."""
+    out: list[Tensor] = []
+    for pack in micro_batches(rows, budget, num_micro):
+        mb = collate(pack, pad_id, device)
+        logp = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature=temperature,
+                              target_mask=mb.loss_mask).logprobs.float().cpu()
+        out.extend(logp[i, r.prompt_len : len(r.input_ids)] for i, r in enumerate(pack))
+    return out
+
+
+def global_counts(rows: list[TrainRow], all_reduce_sum: Callable[[Tensor], Tensor]) -> tuple[float, float]:
+    """(num_tokens, num_seqs) of the mini-batch over all ranks: valid tokens, and rows with at least one."""
+    local = torch.tensor([sum(r.num_trained_tokens for r in rows), sum(r.num_trained_tokens > 0 for r in rows)],
+                         dtype=torch.float64)
+    total = all_reduce_sum(local)
+    return float(total[0]), float(total[1])
+
+
+def accumulate_gradients(
+    model: nn.Module,
+    rows: list[TrainRow],
+    cfg: LossConfig,
+    *,
+    num_tokens: float,
+    num_seqs: float,
+    world_size: int,
+    budget: int,
+    pad_id: int,
+    temperature: float,
+    device: torch.device,
+    backward: Callable[[Tensor, bool], None],
+    num_micro: int | None = None,
+) -> dict[str, float]:
+    """Forward/backward every micro-batch of `rows`; gradients accumulate, nothing is stepped.
+
+    `backward(loss, is_last)` is the backend's (DDP no_sync / DeepSpeed boundary on the last one). Returns the
+    step's metrics: "loss" (this rank's share of the global loss, times W), token-weighted "clipfrac",
+    "clipfrac_lower", "approx_kl", "entropy", and "kl" when a reference is used.
+    """
+    if num_tokens <= 0 or num_seqs <= 0:
+        raise ValueError("accumulate_gradients: the mini-batch has no trained token on any rank")
+    packs = micro_batches(rows, budget, num_micro)
+    sums = {"loss": 0.0, "clipfrac": 0.0, "clipfrac_lower": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
+    tokens = 0
+    for k, pack in enumerate(packs):
+        mb = collate(pack, pad_id, device)
+        # An all-masked (dummy) micro-batch still computes one position, so its zero loss has a graph: the
+        # backward it runs is the collective the other ranks wait for.
+        target = mb.loss_mask if bool(mb.loss_mask.any()) else None
+        out = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature=temperature, with_entropy=True,
+                             target_mask=target)
+        loss, metrics = policy_loss(out.logprobs, mb.old_logp, mb.advantages, mb.loss_mask, clip_low=cfg.clip_low,
+                                    clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.agg, num_tokens=num_tokens,
+                                    num_seqs=num_seqs, norm_len=cfg.norm_len)
+        n = int(mb.loss_mask.sum())
+        if cfg.kl_coef > 0:
+            if mb.ref_logp is None:
+                raise ValueError("loss.kl_coef > 0 needs reference log-probs on every row")
+            kl = kl_penalty(out.logprobs, mb.ref_logp, kind=cfg.kl_kind)  # [B, T] per token
+            loss = loss + cfg.kl_coef * aggregate(kl, mb.loss_mask, agg=cfg.agg, num_tokens=num_tokens,
+                                                  num_seqs=num_seqs, norm_len=cfg.norm_len)
+            sums["kl"] += float(torch.where(mb.loss_mask, kl.detach(), 0.0).sum())
+        # x W: DDP and DeepSpeed average gradients over ranks; the global normalizer already divides by all tokens.
+        backward(loss * world_size, k == len(packs) - 1)
+        sums["loss"] += float(loss.detach())
+        for key in ("clipfrac", "clipfrac_lower", "approx_kl"):
+            sums[key] += float(getattr(metrics, key)) * n
+        sums["entropy"] += float(torch.where(mb.loss_mask, out.entropy.detach(), 0.0).sum())
+        tokens += n
+    result = {"loss": sums["loss"] * world_size}
+    for key in ("clipfrac", "clipfrac_lower", "approx_kl", "entropy", "kl"):
+        result[key] = sums[key] / max(tokens, 1)
+    result["tokens"] = float(tokens)
+    return result
+
+
+def split_mini_batches(rows: list[TrainRow], n: int) -> list[list[TrainRow]]:
+    """`n` contiguous, near-equal slices of the rows (MemAgent: train_batch_size // ppo_mini_batch_size updates)."""
+    size, extra = divmod(len(rows), n)
+    out, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        out.append(rows[start:end])
+        start = end
+    return out

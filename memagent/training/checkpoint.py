@@ -1,0 +1,151 @@
+"""Atomic checkpoints and exact resume.
+
+A checkpoint is a directory `OUTPUT/checkpoints/step_NNNNNN/` holding
+    model/                 the policy in HF format (save_pretrained, safetensors) plus its tokenizer: loadable by
+                           transformers alone
+    optimizer.pt           AdamW and lr-schedule states (plain / DDP), or deepspeed/ (DeepSpeed's own layout,
+                           one optimizer partition per rank)
+    trainer_state.json     step, data-stream position, the config it was trained with
+    rng_rank{R}.pt         python, numpy, torch (and CUDA) RNG states and the rollout torch.Generator of rank R
+Everything is written into `checkpoints/.tmp-step_NNNNNN/`, files fsynced, then the directory is renamed into place
+and its parent fsynced: a kill at any moment leaves the previous checkpoint intact (a rename is atomic on POSIX),
+and a half-written temp directory is never mistaken for a checkpoint. Older checkpoints beyond `keep` are deleted
+only after the new one is in place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from memagent.training.backend import Backend
+
+STEP_DIR = re.compile(r"^step_(\d{6,})$")
+
+
+def checkpoint_root(output_dir: str | Path) -> Path:
+    return Path(output_dir) / "checkpoints"
+
+
+def list_checkpoints(output_dir: str | Path) -> list[Path]:
+    """Complete checkpoints of an output dir, oldest first (temp directories are ignored)."""
+    root = checkpoint_root(output_dir)
+    if not root.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def resolve_resume(resume: str, output_dir: str | Path) -> Path | None:
+    """"" -> None; "latest" -> the newest checkpoint of output_dir (error if none); else that path (must exist)."""
+    if not resume:
+        return None
+    if resume == "latest":
+        found = list_checkpoints(output_dir)
+        if not found:
+            raise FileNotFoundError(f"--resume: no checkpoint under {checkpoint_root(output_dir)}")
+        return found[-1]
+    path = Path(resume)
+    if not (path / "trainer_state.json").is_file():
+        raise FileNotFoundError(f"--resume {resume}: not a checkpoint directory (no trainer_state.json)")
+    return path
+
+
+def rng_state(generator: torch.Generator) -> dict[str, Any]:
+    """All random states that influence training on this rank."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+             "generator": generator.get_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any], generator: torch.Generator) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    generator.set_state(state["generator"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _fsync_tree(path: Path) -> None:
+    """fsync every file under path, then the directories themselves."""
+    for dirpath, _, files in os.walk(path):
+        for name in files:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_dir(Path(dirpath))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_checkpoint(
+    backend: Backend, tokenizer: Any, output_dir: str | Path, step: int, trainer_state: dict[str, Any],
+    generator: torch.Generator, *, keep: int,
+) -> Path:
+    """Write checkpoint `step` atomically (all ranks call this; rank 0 renames). Returns its final path."""
+    root = checkpoint_root(output_dir)
+    final = root / f"step_{step:06d}"
+    tmp = root / f".tmp-step_{step:06d}"
+    if backend.rank == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    backend.barrier()
+    with backend.full_parameters() as module:
+        if backend.rank == 0:
+            module.save_pretrained(tmp / "model", safe_serialization=True)
+            tokenizer.save_pretrained(tmp / "model")
+    backend.save_optimizer(tmp)
+    torch.save(rng_state(generator), tmp / f"rng_rank{backend.rank}.pt")
+    if backend.rank == 0:
+        (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **trainer_state}, indent=1, default=str))
+    backend.barrier()
+    if backend.rank == 0:
+        _fsync_tree(tmp)
+        if final.exists():  # re-saving the same step (e.g. after a resume): replace it only once tmp is complete
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_dir(root)
+        for old in list_checkpoints(output_dir)[:-keep]:
+            shutil.rmtree(old)
+    backend.barrier()
+    return final
+
+
+def load_checkpoint(backend: Backend, path: Path, generator: torch.Generator) -> dict[str, Any]:
+    """Restore weights, optimizer, schedule and RNG states in place; returns trainer_state.json."""
+    from safetensors.torch import load_file
+
+    state = json.loads((path / "trainer_state.json").read_text())
+    if not backend.optimizer_restores_weights:
+        weights: dict[str, torch.Tensor] = {}
+        for file in sorted((path / "model").glob("*.safetensors")):
+            weights.update(load_file(str(file), device="cpu"))
+        missing, unexpected = backend.unwrapped.load_state_dict(weights, strict=False)
+        # Tied embeddings are saved once; anything else missing means a different model.
+        if unexpected or any("lm_head" not in k for k in missing):
+            raise ValueError(f"{path}: checkpoint does not match the model (missing {missing}, unexpected {unexpected})")
+    backend.load_optimizer(path)
+    rng_file = path / f"rng_rank{backend.rank}.pt"
+    if not rng_file.is_file():
+        raise FileNotFoundError(f"{rng_file}: resuming needs the same number of ranks as the checkpointed run")
+    set_rng_state(torch.load(rng_file, weights_only=False), generator)
+    return state

@@ -1,0 +1,38 @@
+"""Held-out accuracy during training: strict-verifier accuracy of the workflow on questions never trained on.
+
+Each rank evaluates every W-th question; correct counts are summed over ranks. Evaluation has no chunk cap
+(MemoryConfig.max_chunks None), so 4x-length documents are read in full.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from memagent.data.records import Sample
+from memagent.rollout.llm import LocalLLM
+from memagent.rollout.prompts import MemoryConfig
+from memagent.rollout.sampling import SamplingParams
+from memagent.rollout.workflow import run_memagent
+from memagent.verify.strict import strict_reward
+
+
+def heldout_accuracy(
+    model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, samples: list[Sample], memory: MemoryConfig,
+    params: SamplingParams, *, rank: int, world_size: int, all_reduce_sum: Callable[[torch.Tensor], torch.Tensor],
+    generator: torch.Generator | None = None, batch: int = 64,
+) -> float:
+    """Fraction of held-out questions answered exactly (one sample each, greedy by default)."""
+    memory = dataclasses.replace(memory, max_chunks=None)
+    mine = samples[rank::world_size]
+    llm = LocalLLM(model, tokenizer, params=params, generator=generator)
+    correct = 0.0
+    for start in range(0, len(mine), batch):
+        part = mine[start : start + batch]
+        for traj in run_memagent(part, llm, memory, group_size=1, keep_prompt_ids=False):
+            correct += strict_reward(traj.answer, part[traj.sample_index].answers)
+    total = all_reduce_sum(torch.tensor([correct, float(len(mine))], dtype=torch.float64))
+    return float(total[0] / total[1]) if total[1] > 0 else 0.0

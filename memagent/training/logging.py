@@ -1,0 +1,101 @@
+"""Rank-0 logging: one line per step, metrics as JSONL, TensorBoard when installed, progress bars, text traces.
+
+Metric keys are namespaced (`rollout/`, `loss/`, `perf/`, `eval/`); the console line shows a fixed selection.
+Track reward and accuracy, not the loss: on-policy the surrogate is about 0 (TRL #3452).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+from memagent.rollout.records import MEMORY, Trajectory
+
+T = TypeVar("T")
+
+CONSOLE = (
+    ("rollout/reward", "reward", "{:.3f}"), ("rollout/accuracy", "acc", "{:.3f}"),
+    ("rollout/kept_groups", "kept", "{:.0f}"), ("rollout/answer_len", "resp_len", "{:.1f}"),
+    ("rollout/memory_len", "mem_len", "{:.1f}"), ("loss/clipfrac", "clipfrac", "{:.3f}"),
+    ("loss/approx_kl", "approx_kl", "{:.4f}"), ("loss/entropy", "entropy", "{:.3f}"),
+    ("loss/grad_norm", "grad_norm", "{:.3f}"), ("perf/tokens_per_s", "tok/s", "{:.0f}"),
+)
+
+
+class MetricsLogger:
+    """Writes metrics.jsonl (and TensorBoard events when `tensorboard` is importable) on rank 0 only."""
+
+    def __init__(self, output_dir: str | Path, *, rank: int) -> None:
+        self.active = rank == 0
+        self.dir = Path(output_dir)
+        self.writer: Any = None
+        if not self.active:
+            return
+        self.jsonl = (self.dir / "metrics.jsonl").open("a")
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.writer = SummaryWriter(str(self.dir / "tensorboard"))
+        except ImportError:  # tensorboard is optional: JSONL is the record of the run
+            self.writer = None
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Append one record and print the step's console line."""
+        if not self.active:
+            return
+        self.jsonl.write(json.dumps({"step": step, **metrics}) + "\n")
+        self.jsonl.flush()
+        if self.writer is not None:
+            for key, value in metrics.items():
+                self.writer.add_scalar(key, value, step)
+        print(console_line(step, metrics), flush=True)
+
+    def close(self) -> None:
+        if self.active:
+            self.jsonl.close()
+            if self.writer is not None:
+                self.writer.close()
+
+
+def console_line(step: int, metrics: dict[str, float]) -> str:
+    """`step 3 | reward 0.375 | acc 0.375 | ...` with the keys present in metrics."""
+    parts = [f"step {step}"]
+    parts += [f"{label} {fmt.format(metrics[key])}" for key, label, fmt in CONSOLE if key in metrics]
+    parts += [f"{key.removeprefix('eval/')} {value:.3f}" for key, value in metrics.items() if key.startswith("eval/")]
+    return " | ".join(parts)
+
+
+def progress(items: Iterable[T], *, desc: str, total: int | None = None, enabled: bool = True) -> Iterator[T]:
+    """tqdm when installed and enabled (stderr), else the items unchanged."""
+    if not enabled:
+        yield from items
+        return
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield from items
+        return
+    yield from tqdm(items, desc=desc, total=total, leave=False, file=sys.stderr, dynamic_ncols=True)
+
+
+def write_traces(path: Path, step: int, trajectories: list[Trajectory], questions: list[str], golds: list[list[str]],
+                 *, limit: int = 4) -> None:
+    """Readable text: for a few trajectories, the question, the memory after each chunk, the answer, the reward."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [f"# step {step}  ({time.strftime('%Y-%m-%d %H:%M:%S')})", ""]
+    for n, traj in enumerate(trajectories[:limit]):
+        lines.append(f"## trajectory {n} (question {traj.sample_index})")
+        lines.append(f"question: {questions[n]}")
+        lines.append(f"gold: {golds[n]}")
+        for conv in traj.conversations:
+            if conv.kind == MEMORY:
+                cut = "" if conv.finished else "  [cut at the memory budget]"
+                lines.append(f"memory after chunk {conv.chunk_index}: {conv.text!r}{cut}")
+        lines.append(f"answer: {traj.answer!r}")
+        lines.append(f"reward: {traj.reward:.3f}  correct: {traj.extras.get('correct', 0.0):.0f}")
+        lines.append("")
+    path.write_text("\n".join(lines))

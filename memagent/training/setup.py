@@ -1,0 +1,131 @@
+"""Plumbing of train.py: output dir, seeds, device, process group, model and tokenizer, data, backend, resume.
+
+Everything here fails early with a clear message (empty data, fewer questions than a batch, an unwritable
+output dir, group_size < 2 is refused by the config itself).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from memagent.config import TrainConfig
+from memagent.data.records import Sample
+from memagent.model import build_tiny_model, load_model, load_tokenizer
+from memagent.model.loading import resolve_dtype
+from memagent.rollout.prompts import MemoryConfig
+from memagent.training.backend import Backend, dist_env, init_process_group, make_backend, pick_device
+from memagent.training.checkpoint import list_checkpoints, resolve_resume
+from memagent.training.demo_task import corpus, generate_code_lookup
+
+
+@dataclass
+class Run:
+    """What the training loop works with, built once."""
+
+    cfg: TrainConfig
+    backend: Backend
+    tokenizer: Any
+    memory: MemoryConfig
+    train: list[Sample]
+    heldout: dict[str, list[Sample]]
+    generator: torch.Generator
+    device: torch.device
+    reference: nn.Module | None
+    resume_from: Path | None
+
+
+def check_output_dir(path: str | Path, resume: str) -> Path:
+    """Create the output dir and prove it is writable; refuse to overwrite checkpoints unless resuming."""
+    out = Path(path)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".write-test-{os.getpid()}"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as err:
+        raise PermissionError(f"--output-dir {out}: not writable ({err.strerror}); pass a directory you can write") from err
+    if not resume and list_checkpoints(out):
+        raise FileExistsError(f"--output-dir {out} already has checkpoints: pass --resume to continue, or a new dir")
+    return out
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def model_path(cfg: TrainConfig, rank: int, barrier: Any) -> str:
+    """cfg.model.path, or the tiny model (tokenizer trained on the demo task's text), built once by rank 0."""
+    if cfg.model.path:
+        return cfg.model.path
+    m = cfg.model
+    path = Path(m.tiny_dir)
+    if rank == 0 and not (path / "config.json").is_file():
+        build_tiny_model(path, hidden_size=m.tiny_hidden_size, num_layers=m.tiny_num_layers,
+                         intermediate_size=m.tiny_intermediate_size, vocab_size=m.tiny_vocab_size,
+                         corpus=corpus(), seed=cfg.run.seed)
+    barrier()
+    return str(path)
+
+
+def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[list[Sample], dict[str, list[Sample]]]:
+    """Training questions and held-out sets keyed "{N}x" (N times the training chunks)."""
+    d, wf = cfg.data, cfg.workflow
+    if d.train_file:
+        from memagent import data as data_module
+
+        reader = getattr(data_module, "read_samples", None)
+        if reader is None:
+            raise NotImplementedError("data.train_file needs memagent.data.read_samples, which is not available")
+        train = reader(d.train_file)
+        heldout = {"file": reader(d.eval_file)} if d.eval_file else {}
+    else:
+        if d.task != "code_lookup":
+            raise ValueError(f"data.task={d.task!r}: the synthetic trainer task is 'code_lookup' (or pass data.train_file)")
+        make = lambda n, chunks, seed: generate_code_lookup(  # noqa: E731
+            tokenizer, num_chunks=chunks, chunk_tokens=wf.chunk_tokens, num_samples=n, seed=seed)
+        train = make(d.num_train, d.train_chunks, d.seed)
+        heldout = {f"{f}x": make(d.num_eval, d.train_chunks * f, d.seed + 1000 * f + 1) for f in d.eval_chunk_factors}
+    if not train:
+        raise ValueError("the training set is empty: pass --data.num-train > 0 or a non-empty data.train_file")
+    if len(train) < cfg.rollout.batch_size:
+        raise ValueError(f"the training set has {len(train)} questions, fewer than rollout.batch_size="
+                         f"{cfg.rollout.batch_size}: lower the batch size or add questions")
+    return train, heldout
+
+
+def build_run(cfg: TrainConfig) -> Run:
+    """Set up everything in order; see the module docstring for the checks."""
+    rank, world, local_rank = dist_env()
+    out = check_output_dir(cfg.run.output_dir, cfg.run.resume)
+    resume_from = resolve_resume(cfg.run.resume, out)
+    device = pick_device(cfg.run.device, local_rank)
+    init_process_group(device)
+    barrier = (lambda: torch.distributed.barrier()) if world > 1 else (lambda: None)
+    seed_everything(cfg.run.seed)
+    path = model_path(cfg, rank, barrier)
+    tokenizer = load_tokenizer(path)
+    dtype = resolve_dtype(cfg.model.dtype, device)
+    model = load_model(path, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    model.train()
+    reference = None
+    if cfg.loss.kl_coef > 0:
+        reference = load_model(path, dtype=dtype, device=device).eval().requires_grad_(False)
+    memory = MemoryConfig(**dataclasses.asdict(cfg.workflow))
+    train, heldout = load_data(cfg, tokenizer)
+    generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
+    if rank == 0:
+        (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
+    backend = make_backend(model, cfg.optim, device, cfg.run.deepspeed, dtype)
+    return Run(cfg, backend, tokenizer, memory, train, heldout, generator, device, reference, resume_from)
