@@ -15,6 +15,7 @@ not train).
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -108,8 +109,10 @@ class OpenAIChatLLM:
                 error = f"HTTP {e.code}: {_read_error_body(e)}"
                 if e.code not in _RETRY_STATUS:
                     break
-            except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-                error = f"connection failed: {getattr(e, 'reason', e)}"
+            # URLError: refused / DNS; TimeoutError: no reply in time; ConnectionError: reset or closed mid-reply;
+            # HTTPException: a reply cut short (IncompleteRead) or not HTTP at all. All are worth a retry.
+            except (urllib.error.URLError, TimeoutError, ConnectionError, http.client.HTTPException) as e:
+                error = f"connection failed: {getattr(e, 'reason', None) or repr(e)}"
             else:
                 return _parse_reply(reply)
         return Completion(text="", finished=False, error=f"{error} (after {attempt + 1} attempt(s) to {self.url})")

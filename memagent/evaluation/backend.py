@@ -1,0 +1,101 @@
+"""Command-line choice of the LLM backend shared by evaluate.py and memagent.ask: a local model or an HTTP API.
+
+Local: `--model DIR` loads the weights and runs our engine (LocalLLM). Online: `--api-base URL --api-model NAME
+[--api-key KEY]` drives any OpenAI-compatible endpoint (OpenAIChatLLM); the workflow still needs the served
+model's tokenizer locally, because documents are chunked in the policy's tokens: `--tokenizer DIR` (or `--model
+DIR`, whose tokenizer is then used and whose weights are not loaded).
+
+Sampling defaults are MemAgent's offline evaluation (temperature 0.7, top_p 0.95); `--greedy` sets temperature 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from memagent.rollout.api_llm import OpenAIChatLLM
+from memagent.rollout.llm import LLM, LocalLLM
+from memagent.rollout.sampling import SamplingParams
+
+
+def add_backend_args(parser: argparse.ArgumentParser) -> None:
+    """Add the model/backend and sampling flags."""
+    g = parser.add_argument_group("model and backend")
+    g.add_argument("--model", help="local HF model directory (weights + tokenizer)")
+    g.add_argument("--api-base", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (no weights loaded)")
+    g.add_argument("--api-key", default="", help="Bearer token for --api-base ('' sends none)")
+    g.add_argument("--api-model", help="model name at --api-base")
+    g.add_argument("--tokenizer", help="tokenizer directory for --api-base (default: --model)")
+    g.add_argument("--concurrency", type=int, default=8, help="HTTP requests in flight (--api-base)")
+    g.add_argument("--retries", type=int, default=3, help="retries per HTTP request after the first try")
+    g.add_argument("--timeout", type=float, default=600.0, help="seconds per HTTP attempt")
+    g.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds (doubles each retry)")
+    g.add_argument("--device", default=None, help="torch device for --model (default: cuda if available)")
+    g.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16 or auto")
+    s = parser.add_argument_group("sampling (MemAgent's evaluation defaults)")
+    s.add_argument("--temperature", type=float, default=0.7)
+    s.add_argument("--top-p", type=float, default=0.95)
+    s.add_argument("--greedy", action="store_true", help="temperature 0 (deterministic answers)")
+    s.add_argument("--seed", type=int, default=0, help="sampling seed")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A ready LLM plus what the entry points need to know about it."""
+
+    llm: LLM
+    """The backend; llm.tokenizer is the policy tokenizer."""
+    tokenizer: PreTrainedTokenizerBase
+    """Same object as llm.tokenizer."""
+    name: str
+    """Model directory or API model name (for logs and results)."""
+    window: int | None
+    """The model's context window (config max_position_embeddings), None when unknown."""
+    temperature: float
+    """Sampling temperature actually used (0 with --greedy)."""
+    top_p: float
+    """Nucleus mass actually used."""
+
+
+def build_backend(args: argparse.Namespace) -> Backend:
+    """Load the local model or connect the API client, per the flags of `add_backend_args`."""
+    from memagent.model import load_model, load_tokenizer
+
+    temperature = 0.0 if args.greedy else args.temperature
+    top_p = 1.0 if args.greedy else args.top_p
+    if args.api_base:
+        if not args.api_model:
+            raise SystemExit("--api-base needs --api-model (the model name the server expects)")
+        tokenizer_dir = args.tokenizer or args.model
+        if not tokenizer_dir:
+            raise SystemExit("--api-base needs --tokenizer DIR (or --model DIR): chunks are counted in its tokens")
+        tokenizer = load_tokenizer(tokenizer_dir)
+        llm = OpenAIChatLLM(args.api_base, args.api_key, args.api_model, temperature=temperature, top_p=top_p,
+                            tokenizer=tokenizer, seed=args.seed, concurrency=args.concurrency,
+                            retries=args.retries, timeout=args.timeout,
+                            backoff=args.backoff)
+        return Backend(llm, tokenizer, args.api_model, config_window(tokenizer_dir), temperature, top_p)
+    if not args.model:
+        raise SystemExit("pass --model DIR (a local model) or --api-base URL --api-model NAME (an online one)")
+    model = load_model(args.model, dtype=args.dtype, device=args.device).eval()
+    tokenizer = load_tokenizer(args.model)
+    device = next(model.parameters()).device
+    generator = torch.Generator(device=device).manual_seed(args.seed)
+    llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=temperature, top_p=top_p),
+                   generator=generator)
+    return Backend(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p)
+
+
+def config_window(directory: str | Path) -> int | None:
+    """max_position_embeddings from a model directory's config.json, or None when there is none."""
+    path = Path(directory) / "config.json"
+    if not path.exists():
+        return None
+    config = json.loads(path.read_text())
+    window = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+    return int(window) if window else None

@@ -1,0 +1,123 @@
+"""evaluate.py end to end on the tiny model: outputs, resuming after interruptions, failures in the denominator."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def evaluate():
+    """evaluate.py imported as a module (it is a script at the repo root, not part of the package)."""
+    spec = importlib.util.spec_from_file_location("evaluate_script", ROOT / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
+    spec.loader.exec_module(module)
+    yield module
+    del sys.modules[spec.name]
+
+
+def _argv(model_dir: Path, out: Path, *extra: str) -> list[str]:
+    return ["--model", str(model_dir), "--task", "kv_retrieval", "--lengths", "200", "--num-samples", "3",
+            "--chunk-tokens", "96", "--memory-tokens", "6", "--answer-tokens", "6", "--greedy", "--batch-size", "2",
+            "--output-dir", str(out), *extra]
+
+
+def _traces(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+
+
+def _count_samples_run(evaluate, monkeypatch) -> list[int]:
+    """Patch the two method runners to record how many samples each call computes."""
+    seen: list[int] = []
+    for name in ("run_memagent_batch", "run_baseline_batch"):
+        original = getattr(evaluate, name)
+
+        def counting(es, batch, *args, _original=original, **kwargs):
+            seen.append(len(batch))
+            return _original(es, batch, *args, **kwargs)
+
+        monkeypatch.setattr(evaluate, name, counting)
+    return seen
+
+
+def test_evaluate_writes_table_results_and_per_chunk_traces(evaluate, tiny_model_dir, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert evaluate.main(_argv(tiny_model_dir, out, "--baseline", "both", "--window", "512")) == 0
+    printed = capsys.readouterr().out
+    assert "| method" in printed and "kv_retrieval" in printed
+    rows = json.loads((out / "results.json").read_text())["rows"]
+    assert {(r["method"], r["n"], r["length"]) for r in rows} == {("memagent", 3, 200), ("full-context", 3, 200)}
+    traces = _traces(out)
+    assert len(traces) == 6
+    for t in traces:
+        assert {"question", "answer", "golds", "score"} <= set(t)
+        if t["method"] == "memagent":
+            assert len(t["memories"]) == t["num_chunks"] >= 2  # one memory per chunk, no chunk cap
+        else:
+            assert t["kept_tokens"] <= t["doc_tokens"]
+
+
+def test_rerun_after_limit_computes_only_the_missing_samples(evaluate, tiny_model_dir, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    seen = _count_samples_run(evaluate, monkeypatch)
+    evaluate.main(_argv(tiny_model_dir, out, "--limit", "2"))
+    first = (out / "traces.jsonl").read_text()
+    evaluate.main(_argv(tiny_model_dir, out))
+    assert seen == [2, 1]  # the second run computed only sample 2
+    assert (out / "traces.jsonl").read_text().startswith(first)  # earlier lines untouched
+    keys = [(t["index"], t["method"]) for t in _traces(out)]
+    assert sorted(keys) == [(0, "memagent"), (1, "memagent"), (2, "memagent")]
+
+
+def test_cut_off_last_trace_line_is_recomputed_once(evaluate, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    evaluate.main(_argv(tiny_model_dir, out))
+    path = out / "traces.jsonl"
+    path.write_bytes(path.read_bytes()[:-20])  # a kill while the last sample's line was being written
+    seen = _count_samples_run(evaluate, monkeypatch)
+    evaluate.main(_argv(tiny_model_dir, out))
+    assert seen == [1]
+    assert sorted(t["index"] for t in _traces(out)) == [0, 1, 2]
+    assert "cut-off line" in capsys.readouterr().err
+
+
+def test_resume_with_other_settings_is_refused(evaluate, tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    evaluate.main(_argv(tiny_model_dir, out, "--limit", "1"))
+    with pytest.raises(SystemExit, match="other settings"):
+        evaluate.main(_argv(tiny_model_dir, out, "--memory-tokens", "7"))
+
+
+def test_unreachable_api_counts_every_sample_as_a_failure_in_the_denominator(evaluate, tiny_model_dir, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, out, "--retries", "1", "--backoff", "0.01", "--timeout", "2")
+    argv[argv.index("--model"):argv.index("--model") + 2] = [
+        "--api-base", f"http://127.0.0.1:{dead}/v1", "--api-model", "tiny", "--tokenizer", str(tiny_model_dir)]
+    assert evaluate.main(argv) == 0
+    [row] = json.loads((out / "results.json").read_text())["rows"]
+    assert (row["n"], row["failed"], row["score"]) == (3, 3, 0.0)
+    assert all(t["error"] for t in _traces(out))
+
+
+def test_data_files_are_scored_per_file_with_their_own_task_metric(evaluate, tiny_model_dir, tiny_tokenizer, tmp_path):
+    from memagent.data import make_task, write_samples
+
+    path = write_samples(tmp_path / "hqa_200.json", make_task("hotpotqa_synth", tiny_tokenizer, 200, 2, 0))
+    out = tmp_path / "run"
+    argv = _argv(tiny_model_dir, out)
+    argv[argv.index("--task"):argv.index("--task") + 6] = ["--data", str(path)]
+    assert evaluate.main(argv) == 0
+    [row] = json.loads((out / "results.json").read_text())["rows"]
+    assert (row["source"], row["n"], row["metric"]) == ("hqa_200", 2, "sub_em")
+    assert row["em"] is not None and row["f1"] is not None
