@@ -112,18 +112,18 @@ def load_sets(args: argparse.Namespace, backend: Backend) -> list[EvalSet]:
 # ---------------------------------------------------------------- methods
 
 
-def record(es: EvalSet, sample: Sample, method: str, *, answer: str, failed: bool, wall_s: float,
+def record(es: EvalSet, sample: Sample, method: str, *, answer: str, error: str | None, wall_s: float,
            memories: list[str] | None, memory_cut: list[bool] | None, doc_tokens: int, chunk_tokens: int,
            kept_tokens: int | None = None) -> dict[str, Any]:
     """One trace line: everything needed to rescore or inspect the sample later."""
     task = sample.task or es.source
-    score = score_answer(task, answer, sample.answers, failed=failed)
+    score = score_answer(task, answer, sample.answers, failed=error is not None)
     return {
         "source": es.source, "length": es.length, "index": sample.index, "method": method, "task": task,
         "question": sample.question, "golds": sample.answers, "memories": memories, "memory_cut": memory_cut,
         "answer": answer, "extracted": score.extracted, "metric": score.metric, "score": score.score,
         "em": score.em, "f1": score.f1, "doc_tokens": doc_tokens, "num_chunks": num_chunks(doc_tokens, chunk_tokens),
-        "kept_tokens": kept_tokens, "error": "llm request failed" if failed else None, "wall_s": wall_s,
+        "kept_tokens": kept_tokens, "error": error, "wall_s": wall_s,
     }
 
 
@@ -132,7 +132,7 @@ def run_memagent_batch(es: EvalSet, batch: list[Sample], backend: Backend, confi
     trajectories = run_memagent(batch, backend.llm, config, keep_prompt_ids=False)
     wall = (time.perf_counter() - start) / len(batch)
     return [
-        record(es, sample, MEMAGENT, answer=t.answer, failed=bool(t.extras.get("llm_error")), wall_s=wall,
+        record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=wall,
                memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
                doc_tokens=len(tokenize_document(sample.context, backend.tokenizer)))
         for sample, t in zip(batch, trajectories)
@@ -147,7 +147,7 @@ def run_baseline_batch(es: EvalSet, batch: list[Sample], backend: Backend, confi
     completions = backend.llm.complete([p.request for p in prompts])
     wall = (time.perf_counter() - start) / len(batch)
     return [
-        record(es, sample, FULL_CONTEXT, answer=c.text, failed=c.error is not None, wall_s=wall, memories=None,
+        record(es, sample, FULL_CONTEXT, answer=c.text, error=c.error, wall_s=wall, memories=None,
                memory_cut=None, doc_tokens=p.document_tokens, chunk_tokens=config.chunk_tokens,
                kept_tokens=p.kept_tokens)
         for sample, p, c in zip(batch, prompts, completions)

@@ -70,13 +70,10 @@ class ShowMemory:
         self.llm, self.tokenizer, self.num_chunks = llm, llm.tokenizer, num_chunks
         self.quiet, self.out = quiet, out  # None = sys.stdout at print time (tests swap it)
         self.calls = 0
-        self.last_error: str | None = None
-        """The backend's message for the latest failed request (the workflow keeps only that one failed)."""
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         completions = self.llm.complete(requests)
         self.calls += 1
-        self.last_error = next((c.error for c in completions if c.error is not None), self.last_error)
         if self.calls <= self.num_chunks and not self.quiet:
             for c in completions:
                 shown = c.text if c.error is None else f"[request failed: {c.error}]"
@@ -107,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     llm = ShowMemory(backend.llm, total, quiet=args.quiet)
     sample = Sample(context=document, question=args.question, answers=[], task="ask")
     [trajectory] = run_memagent([sample], llm, config, keep_prompt_ids=False)
-    if trajectory.extras.get("llm_error"):
-        print(f"failed: {llm.last_error}", file=sys.stderr)
+    if trajectory.error is not None:
+        print(f"failed: {trajectory.error}", file=sys.stderr)
         return 1
     if not args.quiet:
         print("--- answer ---")

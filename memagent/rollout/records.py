@@ -74,6 +74,9 @@ class Trajectory:
     """Outcome reward, filled in by the verifier."""
     extras: dict[str, float] = field(default_factory=dict)
     """Per-trajectory scalar diagnostics (e.g. correctness before overlong shaping)."""
+    error: str | None = None
+    """Set when an LLM request of this trajectory failed (an HTTP backend after its retries); the answer is then
+    "" and the trajectory must be scored as a failure, never dropped from the denominator."""
 
     @property
     def memories(self) -> list[str]:

@@ -116,8 +116,8 @@ def run_memagent(
     """Roll out every question group_size times; returns N * G trajectories, each question's G contiguous.
 
     Trajectory i answers samples[i // group_size] (sample_index = the question's position in `samples`, the
-    group id of the advantage). A trajectory whose backend call failed has extras["llm_error"] = 1.0 and
-    answer "", so the verifier scores it as wrong. The documents are chunked with `llm.tokenizer`.
+    group id of the advantage). A trajectory whose backend call failed has `error` set (the
+    backend's message) and answer "", so the verifier scores it as wrong. The documents are chunked with `llm.tokenizer`.
     """
     if group_size < 1:
         raise ValueError(f"run_memagent: group_size must be >= 1, got {group_size}")
@@ -142,7 +142,7 @@ def run_memagent(
             conversations=result.conversations,
             answer=result.answer,
             num_chunks=sum(c.kind == MEMORY for c in result.conversations),
-            extras={} if result.error is None else {"llm_error": 1.0},
+            error=result.error,
         )
         for i, result in enumerate(results)
     ]

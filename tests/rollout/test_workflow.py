@@ -191,7 +191,7 @@ def test_a_failed_backend_call_marks_the_trajectory_failed(tiny_tokenizer) -> No
 
     [trajectory] = run_memagent([Sample(DOCUMENT, QUESTION, ["stone"])], FailingLLM(), _config())
     assert (
-        trajectory.extras == {"llm_error": 1.0} and trajectory.answer == "" and trajectory.conversations == []
+        trajectory.error == "timeout" and trajectory.answer == "" and trajectory.conversations == []
     )
 
 
