@@ -4,6 +4,7 @@ ZeRO-3 step under torchrun. Two torchrun launches in all; OMP_NUM_THREADS=1 so t
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -23,10 +24,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def torchrun(*args: str) -> subprocess.CompletedProcess[str]:
+def torchrun(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[str]:
+    """Launch 2 ranks in their own process group, so a hang or a timeout kills the workers too (killing only
+    torchrun would leave its rank processes running)."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"torchrun {' '.join(args)} ran over {timeout_s} s:\n{out[-3000:]}\n{err[-3000:]}")
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def test_zero2_and_zero3_updates_match_the_single_process_update(tmp_path: Path) -> None:
