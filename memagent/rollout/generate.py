@@ -7,8 +7,12 @@ so a row's positions start at 0 on its first real token whatever its padding.
 
 A row stops at its first EOS (kept in the output, with its log-prob) or at its own `max_new_tokens`. Finished rows
 are dropped from the running batch and from the cache at once, so late steps run on the rows still going; outputs
-come back in input order. The hot loop reads the device once per step (are any rows done?), and not even that
-when no EOS is set. Under DeepSpeed ZeRO-3 the caller gathers the parameters; this module does not.
+come back in input order. The hot loop reads the device once per step (which rows go on?), and not even that when
+no EOS is set and no row is at its limit. Under DeepSpeed ZeRO-3 the caller gathers the parameters; this module
+does not. Works on CUDA unchanged (the generator must then be a CUDA generator).
+
+Not done, on purpose: a static or preallocated KV cache (measured: within noise on CPU without torch.compile,
+and a rewrite of transformers' cache internals), and trimming left padding once the longest prompts finish.
 """
 
 from __future__ import annotations
@@ -74,6 +78,26 @@ def _left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device)
     return ids.to(device), mask.to(device)
 
 
+def _decode_mask(model: torch.nn.Module, mask: Tensor) -> Tensor:
+    """The attention mask to hand the model at decode steps, for all steps at once (sliced on its last dim).
+
+    mask: [B, L] long, 1 = attend. With SDPA and only full-attention layers, a ready [B, 1, 1, L] bool mask (True =
+    attend) is what transformers would build from the 2D one for a one-token query; passing it skips that work
+    every step (about 10% of a tiny model's step). Other attention kernels and sliding-window layers need the 2D
+    mask and transformers' own mask building, so they get it unchanged.
+    """
+    config = model.config
+    layer_types = getattr(config, "layer_types", None)
+    full_attention = (
+        all(t == "full_attention" for t in layer_types)
+        if layer_types is not None
+        else getattr(config, "sliding_window", None) is None
+    )
+    if getattr(config, "_attn_implementation", None) == "sdpa" and full_attention:
+        return mask.bool()[:, None, None, :]
+    return mask
+
+
 @torch.inference_mode()
 def _decode(
     model: torch.nn.Module,
@@ -84,9 +108,9 @@ def _decode(
     generator: torch.Generator | None,
     pad_token_id: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Run prefill and the decode loop.
+    """Run prefill and the decode loop; every limit must be >= 1.
 
-    Every limit must be >= 1. Returns, on CPU: tokens [B, S] long and logprobs [B, S] float32 (S = max(limits); only the first lengths[i]
+    Returns, on CPU: tokens [B, S] long and logprobs [B, S] float32 (S = max(limits); only the first lengths[i]
     entries of row i are meaningful), lengths [B] long, and finished [B] bool (stopped on EOS).
     """
     device = next(model.parameters()).device
@@ -94,9 +118,10 @@ def _decode(
     input_ids, prompt_mask = _left_pad(prompts, pad_token_id, device)
     width = input_ids.shape[1]
 
-    # Preallocated: the attention mask of every step is a prefix view of `mask`, and outputs are written in place.
-    mask = torch.ones((batch, width + steps), dtype=torch.long, device=device)
-    mask[:, :width] = prompt_mask
+    # Preallocated: every decode step's attention mask is a prefix view of `mask`; outputs are written in place.
+    full_mask = torch.ones((batch, width + steps), dtype=torch.long, device=device)
+    full_mask[:, :width] = prompt_mask
+    mask = _decode_mask(model, full_mask)  # [b, L] or [b, 1, 1, L]
     tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
     logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
     lengths = torch.tensor(limits, dtype=torch.long, device=device)
@@ -104,7 +129,8 @@ def _decode(
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device)
     row_limits = lengths.clone()  # [b] max_new_tokens of each running row
     rows = torch.arange(batch, device=device)  # [b] input index of each running row
-    host_limits = set(limits)  # to know, without reading the device, when some row hits its limit
+    host_limits = set(limits)  # tells, without reading the device, at which steps some row may hit its limit
+    running = batch
 
     positions = (prompt_mask.cumsum(-1) - 1).clamp_(min=0)
     cache = DynamicCache(config=model.config)
@@ -122,29 +148,30 @@ def _decode(
         ids, lps = sample_next_token(out.logits[:, -1], params, generator)  # [b], [b]
         tokens[rows, step] = ids
         logprobs[rows, step] = lps
-        hit_limit = row_limits == step + 1
-        if len(eos):
-            hit_eos = torch.isin(ids, eos_ids)
-            done = hit_eos | hit_limit
-            any_done = bool(done.any())
+        at_limit = step + 1 in host_limits
+        hit_eos = torch.isin(ids, eos_ids) if eos else None
+        if hit_eos is None and not at_limit:
+            done = None  # nobody can stop at this step: no device read at all
+        elif hit_eos is None:
+            done = row_limits == step + 1
         else:
-            hit_eos, done = None, hit_limit
-            any_done = step + 1 in host_limits
-        if any_done:
-            finished_rows = rows[done]
-            lengths[finished_rows] = step + 1
-            if hit_eos is not None:
-                finished[finished_rows] = hit_eos[done]
-            keep = (~done).nonzero().squeeze(-1)
-            if keep.numel() == 0:
-                break
-            rows, row_limits, ids, positions = rows[keep], row_limits[keep], ids[keep], positions[keep]
-            cache.batch_select_indices(keep)
-            mask = mask[keep]
+            done = hit_eos | (row_limits == step + 1) if at_limit else hit_eos
+        if done is not None:
+            keep = (~done).nonzero().squeeze(-1)  # the step's one device-to-host sync
+            if keep.numel() < running:
+                stopped = rows[done]
+                lengths[stopped] = step + 1
+                if hit_eos is not None:
+                    finished[stopped] = hit_eos[done]
+                running = keep.numel()
+                if running == 0:
+                    break
+                rows, row_limits, ids, positions, mask = (t[keep] for t in (rows, row_limits, ids, positions, mask))
+                cache.batch_select_indices(keep)
         positions = positions + 1
         out = model(
             input_ids=ids[:, None],
-            attention_mask=mask[:, : width + step + 1],
+            attention_mask=mask[..., : width + step + 1],
             position_ids=positions,
             cache=cache,
             use_cache=True,
@@ -174,22 +201,17 @@ def generate(
     if not prompts:
         return GenerateOutput(tokens=[], logprobs=[], finished=[])
     limits, eos = _check_inputs(prompts, max_new_tokens, eos_token_id)
-    result = GenerateOutput(
-        tokens=[[] for _ in prompts],
-        logprobs=[torch.zeros(0, dtype=torch.float32) for _ in prompts],
-        finished=[False] * len(prompts),
-    )
-    # Rows with nothing to generate never enter the batch.
-    active = [i for i, n in enumerate(limits) if n > 0]
-    if not active:
-        return result
-    tokens, logprobs, lengths, finished = _decode(
-        model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id
-    )
-    # Built outside inference mode: clone() turns inference tensors into ordinary ones the trainer may save.
-    for row, i in enumerate(active):
-        n = int(lengths[row])
-        result.tokens[i] = tokens[row, :n].tolist()
-        result.logprobs[i] = logprobs[row, :n].clone()
-        result.finished[i] = bool(finished[row])
-    return result
+    tokens: list[list[int]] = [[] for _ in prompts]
+    logprobs = [torch.zeros(0, dtype=torch.float32) for _ in prompts]
+    finished = [False] * len(prompts)
+    active = [i for i, n in enumerate(limits) if n > 0]  # rows with nothing to generate never enter the batch
+    if active:
+        out_tokens, out_logprobs, lengths, out_finished = _decode(
+            model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id
+        )
+        # Built outside inference mode: clone() turns inference tensors into ordinary ones the trainer may save.
+        for row, (i, n) in enumerate(zip(active, lengths.tolist())):
+            tokens[i] = out_tokens[row, :n].tolist()
+            logprobs[i] = out_logprobs[row, :n].clone()
+            finished[i] = bool(out_finished[row])
+    return GenerateOutput(tokens=tokens, logprobs=logprobs, finished=finished)

@@ -11,14 +11,15 @@ makes the set independent of how a sort breaks ties.
 
 Speed. Rollouts dominate RL training time, and a full-vocabulary sort costs more than a small model's whole decode
 step at V = 32000 on CPU (measured in bench/generate.md). So:
-- plain softmax sampling sorts nothing: inverse-CDF sampling, one uniform per row searched in the cumulative sum of
-  the unnormalized probabilities (faster than torch.multinomial, a Gumbel or an exponential race, which all draw
-  V random numbers per row);
+- plain softmax sampling sorts nothing: inverse-CDF sampling with one uniform per row (faster than
+  torch.multinomial, a Gumbel or an exponential race, which all draw V random numbers per row), in two levels on
+  a wide vocabulary (a block of tokens, then a token in it) so that no [B, V] cumulative sum is written. On a CPU
+  every pass over a [B, V] tensor counts: softmax is used as one fused op, truncation happens in place;
 - top-k sorts only its k candidates (`torch.topk`);
-- top-p on a large CPU vocabulary finds its cut-off without sorting: a histogram of the probability mass over the
-  top 16 bits of the float32 probabilities (monotone in the value) locates the bucket holding the cut-off, and only
-  the few tokens in that bucket are sorted. Reading how many there are is the one device-to-host sync of this
-  module. On CUDA, and for small vocabularies, a full sort is fast and deterministic, so it is used there;
+- top-p on CPU finds its cut-off without sorting the vocabulary: a histogram of the probability mass over the top
+  bits of the float32 probabilities (whose bit patterns order like their values) locates the bucket holding the
+  cut-off, and only the few tokens in that bucket are sorted. Reading how many there are is the one device-to-host
+  sync of this module. On CUDA, and below 256 tokens, a full sort is fast (and deterministic), so it is used there;
 - min-p needs only the row maximum.
 
 Log-probabilities returned are those of the sampled token under the exact distribution it was drawn from: the
@@ -32,10 +33,30 @@ import math
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-TOP_P_CANDIDATES = 1024
-"""How many of the most likely tokens top-p looks at before falling back to a full sort."""
+HISTOGRAM_MIN_VOCAB = 256
+"""Below this vocabulary size (and on CUDA) top-p finds its cut-off with a full sort instead of the histogram."""
+_FLOAT_ONE_BITS = 0x3F800000
+"""The int32 bit pattern of float32 1.0, the upper bound of a probability."""
+_BELOW_ONE = 1.0 - 2.0**-24
+"""The largest float32 below 1.0: `x > _BELOW_ONE` is `x >= 1` in float32."""
+_MIN_CUTOFF = 2.0**-100
+"""Floor of a truncation cut-off, so that dividing probabilities by it cannot overflow float32. What it may drop
+weighs under V * 2**-100 in all, far below what a float32 total can register."""
+DRAW_BLOCK = 256
+"""Inverse-CDF sampling over more than 4 blocks of this many tokens goes in two levels (block, then token)."""
+
+
+def _key_shift(vocab: int) -> int:
+    """Histogram buckets are float32 bit patterns shifted right by this: 16 or 18 if that gives at most 2V bins
+    per row, else 20.
+
+    16 keeps sign, exponent and 7 mantissa bits (16257 bins up to 1.0), 18 and 20 two and four bits fewer. Fewer
+    bins make the histogram cheaper and the crossing bucket fuller; this rule was fastest at V = 32000, 4096, 512.
+    """
+    return next((shift for shift in (16, 18) if (_FLOAT_ONE_BITS >> shift) <= 2 * vocab), 20)
 
 
 @dataclass(frozen=True)
@@ -61,71 +82,134 @@ class SamplingParams:
         if not 0 <= self.min_p < 1:
             raise ValueError(f"SamplingParams: min_p must be in [0, 1), got {self.min_p}")
 
-    @property
-    def truncates(self) -> bool:
-        """Whether any of top-k, top-p, min-p removes tokens."""
-        return self.top_k > 0 or self.top_p < 1 or self.min_p > 0
 
+def _draw_flat(weights: Tensor, generator: torch.Generator | None) -> Tensor:
+    """Inverse-CDF draw. weights: [B, K] float32 >= 0, each row with a positive entry. Returns columns [B, 1] long.
 
-def _inverse_cdf(weights: Tensor, generator: torch.Generator | None) -> Tensor:
-    """Draw one index per row with probability proportional to `weights`.
-
-    weights: [B, K] float32, >= 0, every row with a positive entry. Returns [B] long. Zero-weight entries are
-    never drawn: searchsorted(right=True) returns the first index whose cumulative sum exceeds the uniform.
+    r is uniform on (0, total]; the first column whose cumulative weight reaches r sits above its predecessor's,
+    so it has a positive weight: truncated (zero) weights are never drawn, even where rounding makes r = total.
     """
     cdf = weights.cumsum(-1)  # [B, K]
-    u = torch.rand((weights.shape[0], 1), generator=generator, device=weights.device) * cdf[:, -1:]
-    # u * total can round up to total itself; the clamp maps that measure-zero case to the last valid index.
-    return torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=weights.shape[1] - 1)
+    r = (1.0 - torch.rand((weights.shape[0], 1), generator=generator, device=weights.device)) * cdf[:, -1:]
+    return torch.searchsorted(cdf, r)
 
 
-def _sample_full(scaled: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
-    """Plain softmax sampling over the whole vocabulary. scaled: [B, V] float32 -> ids [B] long, logprobs [B]."""
-    top = scaled.amax(-1, keepdim=True)  # [B, 1]
-    weights = (scaled - top).exp_()  # [B, V] unnormalized probabilities, max 1
-    ids = _inverse_cdf(weights, generator)
-    log_total = weights.sum(-1).log_()
-    return ids, scaled.gather(-1, ids[:, None]).squeeze(-1) - top.squeeze(-1) - log_total
+def _draw(weights: Tensor, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Draw one column per row with probability proportional to `weights`.
 
-
-def _candidates(scaled: Tensor, params: SamplingParams) -> tuple[Tensor, Tensor, Tensor]:
-    """The sorted candidate set that contains every token top-k / top-p could keep.
-
-    scaled: [B, V] float32. Returns values [B, K] (descending), their vocabulary ids [B, K] long, and the log of
-    the normalizer top-p must use [B, 1]: the candidates' own logsumexp after top-k, the full one otherwise.
+    weights: [B, K] float32 >= 0, each row with a positive entry (0 = truncated). Returns column [B] long and its
+    log-probability [B] float32 under the renormalized weights. Wide rows go in two levels: a block of DRAW_BLOCK
+    columns in proportion to its mass, then a column inside it. That reads the [B, K] weights once (block sums)
+    instead of writing a [B, K] cumulative sum, about twice as fast at K = 32000; the two steps multiply to the
+    same probabilities.
     """
-    vocab = scaled.shape[-1]
-    if params.top_k > 0:
-        values, ids = scaled.topk(min(params.top_k, vocab), dim=-1)
-        return values, ids, values.logsumexp(-1, keepdim=True)
-    log_norm = scaled.logsumexp(-1, keepdim=True)
-    if params.top_p < 1 and vocab > TOP_P_CANDIDATES:
-        values, ids = scaled.topk(TOP_P_CANDIDATES, dim=-1)
-        # The nucleus is a prefix of the sorted order; it lies inside the candidates iff their mass reaches top_p.
-        mass = (values - log_norm).exp().sum(-1)  # [B]
-        if bool((mass >= params.top_p).all()):
-            return values, ids, log_norm
-    values, ids = scaled.sort(-1, descending=True)
-    return values, ids, log_norm
+    batch, width = weights.shape
+    if width <= 4 * DRAW_BLOCK:
+        column = _draw_flat(weights, generator)  # [B, 1]
+        total = weights.sum(-1, keepdim=True)
+    else:
+        full = width // DRAW_BLOCK
+        sums = weights[:, : full * DRAW_BLOCK].view(batch, full, DRAW_BLOCK).sum(-1)  # [B, blocks]
+        if full * DRAW_BLOCK < width:
+            sums = torch.cat([sums, weights[:, full * DRAW_BLOCK :].sum(-1, keepdim=True)], -1)
+        total = sums.sum(-1, keepdim=True)
+        block = _draw_flat(sums, generator)  # [B, 1], a block with positive mass
+        columns = block * DRAW_BLOCK + torch.arange(DRAW_BLOCK, device=weights.device)  # [B, DRAW_BLOCK]
+        inside = columns < width  # the last block may be short; its missing columns get weight 0
+        columns.clamp_(max=width - 1)
+        column = columns.gather(-1, _draw_flat(weights.gather(-1, columns) * inside, generator))
+    return column.squeeze(-1), (weights.gather(-1, column).log() - total.log()).squeeze(-1)
 
 
-def _sample_truncated(
-    scaled: Tensor, params: SamplingParams, generator: torch.Generator | None
-) -> tuple[Tensor, Tensor]:
-    """Top-k / top-p / min-p sampling. scaled: [B, V] float32 -> ids [B] long, logprobs [B] float32."""
-    if params.top_k == 0 and params.top_p == 1:
-        # min-p alone: the row maximum is all it needs, so no sort and no candidate set.
-        keep = scaled >= scaled.amax(-1, keepdim=True) + math.log(params.min_p)
-        return _sample_full(scaled.masked_fill(~keep, -math.inf), generator)
-    values, ids, log_norm = _candidates(scaled, params)  # [B, K] each
-    keep = torch.ones_like(values, dtype=torch.bool)
+def _kept_count(cum: Tensor, target: Tensor) -> Tensor:
+    """How many leading tokens top-p keeps, from inclusive cumulative masses in descending token order.
+
+    cum: [B, K] float32, non-decreasing; target: [B, 1]. Token j stays iff the mass before it, cum[j - 1] (0 for
+    j = 0), is below the target, so the count is 1 + #{j : cum[j] < target}, at most K. searchsorted finds that
+    count in log K steps (cum is monotone in floating point too: it adds non-negative numbers).
+    """
+    return (torch.searchsorted(cum, target) + 1).clamp_(max=cum.shape[-1])
+
+
+def _sorted_cutoff(sorted_weights: Tensor, top_p: float) -> Tensor:
+    """Top-p cut-off of rows already sorted in descending order.
+
+    sorted_weights: [B, K] float32 >= 0, descending. Returns [B, 1]: the smallest weight top-p keeps.
+    """
+    cum = sorted_weights.cumsum(-1)
+    return sorted_weights.gather(-1, _kept_count(cum, top_p * cum[:, -1:]) - 1)
+
+
+def _histogram_cutoff(weights: Tensor, top_p: float) -> Tensor:
+    """Top-p cut-off without sorting the vocabulary (same result as `_sorted_cutoff` on the sorted rows).
+
+    weights: [B, V] float32 in [0, 1] (probabilities, or probabilities over their row maximum). Returns [B, 1]: the
+    smallest weight top-p keeps. For non-negative floats the int32 bit pattern orders like the value, so its top bits
+    bucket the tokens in value order; the bucket where the cumulative mass crosses top_p holds the cut-off.
+    """
+    batch, vocab = weights.shape
+    shift = _key_shift(vocab)
+    top_key = _FLOAT_ONE_BITS >> shift
+    bins = top_key + 1
+    # Row b owns bins [b * bins, (b + 1) * bins), in descending key order so a forward cumsum is "mass at or above".
+    # The bin index is computed in place over the key: on CPU every fresh [B, V] buffer costs page faults.
+    offsets = torch.arange(batch, dtype=torch.int32, device=weights.device)[:, None] * bins + top_key  # [B, 1]
+    index = weights.view(torch.int32) >> shift  # [B, V] key in [0, top_key]
+    index = torch.sub(offsets, index, out=index)  # [B, V] bin index
+    hist = torch.bincount(index.view(-1), weights=weights.view(-1), minlength=batch * bins)
+    cum = hist.view(batch, bins).cumsum(-1)  # [B, bins]
+    target = top_p * cum[:, -1:]  # [B, 1]
+    crossing = torch.searchsorted(cum, target).clamp_(max=bins - 1)  # [B, 1] first bin reaching the target
+    mass_above = torch.where(crossing > 0, cum.gather(-1, (crossing - 1).clamp(min=0)), 0.0)  # [B, 1]
+
+    # Gather the tokens of each row's crossing bucket into a zero-padded [B, W] block and finish with a small sort.
+    crossing_bin = (offsets - top_key + crossing).to(torch.int32)  # [B, 1]
+    band = (index == crossing_bin).view(-1).nonzero().squeeze(-1)  # flat indices
+    rows = band // vocab
+    counts = torch.bincount(rows, minlength=batch)  # [B], >= 1 each
+    slot = torch.arange(band.numel(), device=weights.device) - (counts.cumsum(0) - counts)[rows]
+    block = weights.new_zeros(batch, int(counts.max()))  # the sync: the block width
+    block[rows, slot] = weights.view(-1)[band]
+    block = block.sort(-1, descending=True).values
+    # At least 1 (the bucket is reached only when the mass above is short of the target), at most the bucket's
+    # size (rounding must not let the zero padding in).
+    kept = torch.minimum(_kept_count(mass_above + block.cumsum(-1), target), counts[:, None])
+    return block.gather(-1, kept - 1)
+
+
+def _truncate(probs: Tensor, params: SamplingParams, *, is_sorted: bool) -> Tensor:
+    """Zero the probabilities that top-p and min-p remove; rescale the rest per row (draws need only proportions).
+
+    probs: [B, K] float32 softmax output (descending along K when is_sorted); overwritten. Returns [B, K].
+    """
+    cutoff = None
     if params.top_p < 1:
-        probs = (values - log_norm).exp()
-        keep = probs.cumsum(-1) - probs < params.top_p  # mass strictly before each token; the top one always stays
+        if is_sorted:
+            cutoff = _sorted_cutoff(probs, params.top_p)
+        elif probs.is_cuda or probs.shape[-1] < HISTOGRAM_MIN_VOCAB:
+            cutoff = _sorted_cutoff(probs.sort(-1, descending=True).values, params.top_p)
+        else:
+            cutoff = _histogram_cutoff(probs, params.top_p)
     if params.min_p > 0:
-        keep &= values >= values[:, :1] + math.log(params.min_p)
-    choice, logprobs = _sample_full(values.masked_fill(~keep, -math.inf), generator)
-    return ids.gather(-1, choice[:, None]).squeeze(-1), logprobs
+        floor = params.min_p * (probs[:, :1] if is_sorted else probs.amax(-1, keepdim=True))
+        # Both rules keep a prefix of the descending order, so together they keep probs >= the larger threshold.
+        cutoff = floor if cutoff is None else torch.maximum(cutoff, floor)
+    if cutoff is None:
+        return probs
+    # Dividing by the cut-off maps it to exactly 1.0 and nothing below it to 1.0 (IEEE division is correctly
+    # rounded), so one scalar threshold applies every row's own cut-off; several times cheaper on CPU than
+    # masked_fill or where with a per-row [B, 1] threshold.
+    return F.threshold(probs.div_(cutoff.clamp_(min=_MIN_CUTOFF)), _BELOW_ONE, 0.0, inplace=True)
+
+
+def _sample_scaled(scaled: Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    """Sample from temperature-scaled logits with params' truncation. scaled: [B, V] float32 -> ids, logprobs [B]."""
+    if params.top_k > 0:
+        values, ids = scaled.topk(min(params.top_k, scaled.shape[-1]), dim=-1)  # [B, k] each, descending
+        column, logprobs = _draw(_truncate(values.softmax(-1), params, is_sorted=True), generator)
+        return ids.gather(-1, column[:, None]).squeeze(-1), logprobs
+    # softmax is one fused pass; max, subtract and exp as separate ops would each read and write [B, V].
+    return _draw(_truncate(scaled.softmax(-1), params, is_sorted=False), generator)
 
 
 def _greedy(logits: Tensor) -> tuple[Tensor, Tensor]:
@@ -145,7 +229,8 @@ def sample_next_token(
 
     logits: [B, V] any float dtype (computed in float32). generator: a torch.Generator on logits' device, or None
     for the global RNG. temperature: optional [B] float tensor that overrides params.temperature per row; rows
-    with temperature 0 are greedy. Returns ids [B] long and logprobs [B] float32 (see the module docstring).
+    with temperature 0 are greedy (values must be >= 0: checking would cost a device sync). Returns ids [B] long
+    and logprobs [B] float32 (see the module docstring).
     """
     if logits.dim() != 2:
         raise ValueError(f"sample_next_token: logits must be [B, V], got shape {tuple(logits.shape)}")
@@ -153,8 +238,7 @@ def sample_next_token(
     if temperature is None:
         if params.temperature == 0:
             return _greedy(logits)
-        scaled = logits if params.temperature == 1 else logits / params.temperature
-        return _sample_truncated(scaled, params, generator) if params.truncates else _sample_full(scaled, generator)
+        return _sample_scaled(logits if params.temperature == 1 else logits / params.temperature, params, generator)
 
     if temperature.shape != (logits.shape[0],):
         raise ValueError(
@@ -164,6 +248,6 @@ def sample_next_token(
     greedy_rows = temperature == 0
     # Greedy rows are sampled at T = 1 too (their draw is discarded) so that every row consumes the same randomness.
     scaled = logits / torch.where(greedy_rows, 1.0, temperature)[:, None]
-    ids, logprobs = _sample_truncated(scaled, params, generator) if params.truncates else _sample_full(scaled, generator)
+    ids, logprobs = _sample_scaled(scaled, params, generator)
     greedy_ids, greedy_logprobs = _greedy(logits)
     return torch.where(greedy_rows, greedy_ids, ids), torch.where(greedy_rows, greedy_logprobs, logprobs)
