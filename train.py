@@ -12,9 +12,10 @@ One RL step:
 Departures from MemAgent's released run, all DAPO's and configurable: clip_high 0.28 (theirs 0.2), dual clip 10
 (theirs 3), std-scaled advantages (theirs R - mean), dynamic sampling and overlong shaping on, no KL (theirs 0.001).
 
-Usage: `python train.py` (the tiny demo: builds a tiny model, warm-starts it on oracle memory traces, runs RL and
-prints a held-out accuracy table), `python train.py --preset smoke`, `torchrun --nproc_per_node 2 train.py
---deepspeed configs/ds_zero2.json`, `--resume`, `--config FILE`, `--loss.clip-high 0.28`; `--help` lists all.
+Usage: `python train.py` (the tiny demo: builds a tiny model, copy-pretrains it, warm-starts it on oracle memory
+traces, runs RL and prints a held-out accuracy table), `python train.py --preset smoke`, `torchrun
+--nproc_per_node 2 train.py --deepspeed configs/ds_zero2.json`, `--resume`, `--config FILE`,
+`--loss.clip-high 0.28`; `--help` lists all.
 """
 
 from __future__ import annotations
@@ -38,11 +39,12 @@ from memagent.rollout.records import Trajectory
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import run_memagent
 from memagent.training.checkpoint import load_checkpoint, save_checkpoint
+from memagent.training.demo_task import copy_vocabulary
 from memagent.training.experience import QuestionStream, collect_groups, to_rows
 from memagent.training.heldout import heldout_accuracy
 from memagent.training.logging import MetricsLogger, progress, write_traces
 from memagent.training.setup import Run, build_run
-from memagent.training.warm_start import warm_start
+from memagent.training.warm_start import copy_pretrain, warm_start
 
 
 # ALGO LOGIC ---------------------------------------------------------------------------------------------------
@@ -148,11 +150,19 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         if be.rank == 0:
             print(f"resumed from {run.resume_from} (step {state['step']})", flush=True)
     else:
-        if cfg.warm_start.steps > 0:
+        show = cfg.run.progress and be.rank == 0
+        if cfg.warm_start.copy_steps > 0 and run.warm:
             t = time.perf_counter()
-            losses = warm_start(be.unwrapped, run.tokenizer, run.train, run.memory, cfg.warm_start,
+            losses = copy_pretrain(be.unwrapped, copy_vocabulary(run.tokenizer), cfg.warm_start, seed=cfg.run.seed,
+                                   device=run.device, show=show)
+            if be.rank == 0:
+                print(f"copy pretrain: {len(losses)} updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
+                      f"({time.perf_counter() - t:.0f} s)", flush=True)
+        if cfg.warm_start.steps > 0 and run.warm:
+            t = time.perf_counter()
+            losses = warm_start(be.unwrapped, run.tokenizer, run.warm, run.memory, cfg.warm_start,
                                 seed=cfg.run.seed, device=run.device, budget=cfg.optim.micro_batch_tokens,
-                                show=cfg.run.progress and be.rank == 0)
+                                show=show)
             if be.rank == 0:
                 print(f"warm start: {len(losses)} SFT updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
                       f"({time.perf_counter() - t:.0f} s)", flush=True)

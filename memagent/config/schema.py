@@ -39,11 +39,11 @@ class ModelConfig:
 class WorkflowConfig:
     """The MemAgent workflow: chunk sizes and token budgets (MemAgent `recurrent.memory.config`)."""
 
-    chunk_tokens: int = 48
+    chunk_tokens: int = 32
     """Tokens of the document per chunk (MemAgent: 5000)."""
-    memory_tokens: int = 24
+    memory_tokens: int = 10
     """Max new tokens of each memory update; the memory is overwritten by it (MemAgent: 1024)."""
-    answer_tokens: int = 12
+    answer_tokens: int = 8
     """Max new tokens of the final answer (MemAgent: 1024)."""
     max_chunks: int = 8
     """Training cap on chunks per document, by center truncation (MemAgent: 8); evaluation has no cap."""
@@ -153,11 +153,17 @@ class DataConfig:
 class WarmStartConfig:
     """Supervised warm start on oracle memory traces, run before RL when the output dir has no checkpoint."""
 
-    steps: int = 60
+    copy_steps: int = 2000
+    """Updates of copy pretraining before SFT (random token sequences repeated twice); 0 = none."""
+    copy_batch: int = 64
+    """Sequences per copy-pretraining update."""
+    copy_lr: float = 2e-3
+    """Copy-pretraining learning rate (AdamW, constant)."""
+    steps: int = 200
     """SFT optimizer updates; 0 = no warm start. Deliberately short, so the warm start is partial."""
-    batch_questions: int = 8
-    """Questions per SFT update (each gives all its oracle conversations)."""
-    lr: float = 3e-3
+    batch_questions: int = 16
+    """Questions per SFT update (each gives all its oracle conversations; every question is fresh)."""
+    lr: float = 2e-3
     """SFT learning rate (AdamW, 10% warm-up then constant)."""
 
 
@@ -177,7 +183,7 @@ class EvalConfig:
 class RunConfig:
     """Steps, seeds, output, logging, checkpoints and the distributed backend."""
 
-    steps: int = 40
+    steps: int = 30
     """RL steps (each: rollout, dynamic sampling, `mini_batches` optimizer updates)."""
     seed: int = 0
     """Seed of python, numpy, torch and the rollout generator."""

@@ -1,15 +1,17 @@
 """The embedded demo's task, and its oracle memory traces for the supervised warm start.
 
 Task "code_lookup": a document of short lines, one chunk = exactly `chunk_tokens` tokens of whole lines, so a fact
-never straddles two chunks. One line is the needle "the code for {key} is {value}." (key: adjective-noun, value:
-three digits); every chunk also holds one distractor code line with another key, and filler lines. Question: "What
-is the code for {key}?"; answer: the value. Memory must be selective (distractors) and must survive overwriting
-(the needle is in a random chunk, later chunks bring new distractors), which is what MemAgent's RL trains.
+never straddles two chunks. One line is the needle "code {key} {value}." (key: one of KEYS, value: one of
+VALUES); each chunk also holds `distractors` code lines with other keys, and filler lines. Question: "What is
+code {key}?"; answer: the value. Keys and values come from small closed word lists that the tiny tokenizer learns
+as single tokens (`corpus`), so reading, keeping and answering are each a copy of the one token after the key
+(tasks-and-metrics.md §4). Memory must be selective (distractors) and must survive overwriting (the needle is in a
+random chunk, later chunks bring new distractors), which is what MemAgent's RL trains.
 
 Oracle (the warm start's targets, exactly the conversations the workflow produces, same prompts): the memory after
-each chunk is the needle line once it has been seen (the initial memory before), the final answer \\boxed{value}.
-`OracleLLM` is an LLM backend (memagent.rollout.llm.LLM) that answers the workflow's requests with these texts,
-so `run_memagent` itself renders the prompts.
+each chunk is the needle line once it has been seen, "code {key} unknown." before, the final answer
+\\boxed{value}. `OracleLLM` is an LLM backend (memagent.rollout.llm.LLM) that answers the workflow's requests with
+these texts, so `run_memagent` itself renders the prompts.
 """
 
 from __future__ import annotations
@@ -21,31 +23,47 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from memagent.data.records import Sample
-from memagent.data.words import ADJECTIVES, NOUNS
 from memagent.rollout.llm import stop_token_ids
 from memagent.rollout.prompts import MEMORY_UPDATE_TEMPLATE, render_final_answer
 from memagent.rollout.records import ChatRequest, Completion
 
-FILLERS = ("the grass is green.", "the sky is blue.", "the sun is yellow.", "here we go.", "there and back again.",
-           "the river is calm.", "a bird sings at dawn.", "the road is long.")
+# Fillers use none of the words of a code line (" code", " for", " is", keys, values), so in a section " is" is
+# always followed by a value: copying the token after " is" is then enough to read a code line.
+FILLERS = ("here we go.", "there and back again.", "a bird sings at dawn.", "the road goes on.", "the wind blows.",
+           "we walk home.", "the sun sets.", "the lake stays calm.")
 PAD_WORD = " la"
-NEEDLE = "the code for {key} is {value}."
-QUESTION = "What is the code for {key}?"
+# The value follows its key directly, and the memory keeps that form ("code {key} unknown." until the needle is
+# seen), so every step is a copy of the token after the key (an induction head), never a yes/no decision.
+NEEDLE = "code {key} {value}."
+UNSEEN = "code {key} unknown."
+QUESTION = "What is code {key}?"
 
 
-def _key(rng: random.Random) -> str:
-    return f"{rng.choice(ADJECTIVES[:16])}-{rng.choice(NOUNS[:16])}"
+KEYS = ("apple", "bell", "bridge", "candle", "castle", "cloud", "drum", "forest", "garden", "hammer", "island",
+        "lamp", "mirror", "river", "stone", "tower")
+VALUES = ("red", "blue", "green", "gold", "black", "white", "pink", "gray", "north", "south", "east", "west",
+          "alpha", "beta", "delta", "omega")
 
 
-def corpus(num_samples: int = 1000, seed: int = 0) -> list[str]:
-    """Task and prompt text for training the tiny tokenizer, so the demo tokenizes compactly."""
+def corpus(seed: int = 0) -> list[str]:
+    """Task and prompt text for training the tiny tokenizer: every key and value, as the needle, question and
+    answer spell them, is repeated often enough to become a single token."""
     rng = random.Random(seed)
     texts = [MEMORY_UPDATE_TEMPLATE.format(problem="q", memory="m", chunk="c"), render_final_answer("q", "m")] * 20
-    for _ in range(num_samples):
-        key, value = _key(rng), f"{rng.randint(100, 999)}"
-        texts += [NEEDLE.format(key=key, value=value), QUESTION.format(key=key), f"\\boxed{{{value}}}",
-                  " ".join(rng.choice(FILLERS) for _ in range(4)), PAD_WORD * 8, "No previous memory"]
-    return texts
+    for _ in range(40):
+        for key in KEYS:
+            for value in rng.sample(VALUES, 4):
+                texts += [NEEDLE.format(key=key, value=value), QUESTION.format(key=key), f"\\boxed{{{value}}}",
+                          UNSEEN.format(key=key)]
+    texts += [" ".join(rng.choice(FILLERS) for _ in range(4)) for _ in range(200)]
+    return texts + [PAD_WORD * 8, "No previous memory"] * 100
+
+
+def copy_vocabulary(tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The single-token words of code lines (keys, values, "code", "unknown"): the copy pretraining's alphabet."""
+    words = [" " + w for w in (*KEYS, *VALUES, "unknown", "code")] + ["code", "."]
+    ids = [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
+    return sorted({i[0] for i in ids if len(i) == 1})
 
 
 def _count(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
@@ -71,48 +89,56 @@ def _chunk_text(lines: list[str], chunk_tokens: int, tokenizer: PreTrainedTokeni
 
 
 def generate_code_lookup(tokenizer: PreTrainedTokenizerBase, *, num_chunks: int, chunk_tokens: int,
-                         num_samples: int, seed: int) -> list[Sample]:
-    """`num_samples` questions over documents of exactly num_chunks * chunk_tokens tokens (chunk-aligned lines)."""
+                         num_samples: int, seed: int, distractors: int = 1,
+                         needle_last: bool = False) -> list[Sample]:
+    """`num_samples` questions over documents of exactly num_chunks * chunk_tokens tokens (chunk-aligned lines).
+
+    needle_last: the needle is always in the last chunk (else in a uniformly random one).
+    """
     rng = random.Random(seed)
     samples = []
     for index in range(num_samples):
-        key, value = _key(rng), f"{rng.randint(100, 999)}"
-        needle_chunk = rng.randrange(num_chunks)
+        key, value = rng.choice(KEYS), rng.choice(VALUES)
+        needle_chunk = num_chunks - 1 if needle_last else rng.randrange(num_chunks)
         chunks = []
         for k in range(num_chunks):
-            other = _key(rng)
-            while other == key:
-                other = _key(rng)
-            lines = [NEEDLE.format(key=other, value=rng.randint(100, 999)) + "\n"]
+            others = rng.sample([o for o in KEYS if o != key], distractors)
+            lines = [NEEDLE.format(key=o, value=rng.choice(VALUES)) + "\n" for o in others]
             if k == needle_chunk:
-                lines.insert(rng.randrange(2), NEEDLE.format(key=key, value=value) + "\n")
+                lines.insert(rng.randrange(len(lines) + 1), NEEDLE.format(key=key, value=value) + "\n")
             chunks.append(_chunk_text(lines, chunk_tokens, tokenizer, rng))
         samples.append(Sample(context="".join(chunks), question=QUESTION.format(key=key), answers=[value],
                               task="code_lookup", index=index, length=num_chunks * chunk_tokens,
-                              extra={"needle": NEEDLE.format(key=key, value=value), "needle_chunk": needle_chunk}))
+                              extra={"needle": NEEDLE.format(key=key, value=value), "needle_chunk": needle_chunk,
+                                     "key": key}))
     return samples
 
 
 _BLOCK = re.compile(r"<(problem|memory|section)>\n(.*?)\n</\1>", re.S)
+_QUESTION_KEY = re.compile(re.escape(QUESTION.format(key="@")).replace("@", r"(\w+)"))
 
 
 class OracleLLM:
-    """An LLM backend that answers MemAgent's requests with the oracle memory and answer (see module docstring)."""
+    """An LLM backend that answers MemAgent's requests with the oracle memory and answer (see module docstring).
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, samples: list[Sample], initial_memory: str) -> None:
+    The oracle reads the request itself (the question's key, then the needle in the memory or the section), never
+    a lookup by question text: the closed vocabulary makes many questions identical, and a lookup would give
+    all of them one document's needle, i.e. targets unrelated to the document shown.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
         self.tokenizer = tokenizer
-        self.by_question = {s.question: s for s in samples}
-        self.initial_memory = initial_memory
         self.eos = stop_token_ids(tokenizer)[0]
 
-    def _answer(self, content: str) -> str:
+    @staticmethod
+    def _answer(content: str) -> str:
         blocks = dict(_BLOCK.findall(content))
-        sample = self.by_question[blocks["problem"]]
-        needle = str(sample.extra["needle"])
+        key = _QUESTION_KEY.fullmatch(blocks["problem"]).group(1)  # type: ignore[union-attr]
+        needle = re.compile(re.escape(NEEDLE.format(key=key, value="@")).replace("@", r"(?!unknown)(\w+)"))
+        found = needle.search(blocks["memory"]) or needle.search(blocks.get("section", ""))
         if "section" in blocks:  # a memory update: keep the needle once seen
-            seen = needle in blocks["memory"] or needle in blocks["section"]
-            return needle if seen else self.initial_memory
-        return f"\\boxed{{{sample.answers[0]}}}"
+            return found.group(0) if found else UNSEEN.format(key=key)
+        return f"\\boxed{{{found.group(1) if found else 'unknown'}}}"
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         out = []
