@@ -1,4 +1,4 @@
-"""The worked example of the README's RL-math section (docs/math.md), recomputed by hand and by memagent.rl."""
+"""The worked example of the README's RL-math section, recomputed by hand and by memagent.rl."""
 
 from __future__ import annotations
 
@@ -99,13 +99,9 @@ def test_implementation_reproduces_documented_loss(setting, key):
 
 
 def test_example_text_shows_the_documented_numbers():
-    # The section lives in docs/math.md and is pasted into README.md; check whichever copies exist.
-    copies = [p for p in (ROOT / "README.md", ROOT / "docs" / "math.md")
-              if p.exists() and "### Worked example" in p.read_text()]
-    assert copies, "the worked example is in neither README.md nor docs/math.md"
+    text = (ROOT / "README.md").read_text()
+    assert "### Worked example" in text, "README.md has no worked example section"
     numbers = [v for k, v in DOCUMENTED.items() if k != "traj_sums"] + DOCUMENTED["traj_sums"]
-    for path in copies:
-        text = path.read_text()
-        for x in numbers:
-            shown = f"{x:.6f}".replace("-", "\u2212")
-            assert shown in text, f"{path.name} does not show {shown}"
+    for x in numbers:
+        shown = f"{x:.6f}".replace("-", "\u2212")
+        assert shown in text, f"README.md does not show {shown}"
