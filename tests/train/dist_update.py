@@ -1,5 +1,5 @@
 """Driver for test_distributed.py, run under `torchrun --nproc_per_node 2`: one optimizer update of the real
-backends (DeepSpeed ZeRO-2 and ZeRO-3 on gloo) on fixed rows, each rank holding an uneven share, compared on rank 0
+backends (DDP, DeepSpeed ZeRO-2 and ZeRO-3 on gloo) on fixed rows, each rank holding an uneven share, compared on rank 0
 with a single-process update on all rows. Exits non-zero (AssertionError) when parameters differ.
 
 usage: torchrun --nproc_per_node 2 tests/train/dist_update.py MODEL_DIR
@@ -50,9 +50,13 @@ def main(model_dir: str) -> None:
     torch.distributed.init_process_group("gloo")
     all_rows = rows()
     mine = all_rows[:2] if rank == 0 else all_rows[2:]  # uneven on purpose: 2 vs 4 rows
-    for stage in (2, 3):
-        ds = deepspeed_config(f"configs/ds_zero{stage}.json", OPT, world, torch.float32)
-        backend = DeepSpeedBackend(load_model(model_dir, dtype="float32", device="cpu"), OPT, CPU, ds)
+    for name in ("DDP", "ZeRO-2", "ZeRO-3"):
+        model = load_model(model_dir, dtype="float32", device="cpu")
+        if name == "DDP":
+            backend = Backend(model, OPT, CPU)  # DistributedDataParallel under torchrun
+        else:
+            ds = deepspeed_config(f"configs/ds_zero{name[-1]}.json", OPT, world, torch.float32)
+            backend = DeepSpeedBackend(model, OPT, CPU, ds)
         update(backend, [TrainRow(r.input_ids, r.prompt_len, r.response_mask, r.advantage) for r in mine])
         with backend.full_parameters() as module:
             got = {k: v.detach().clone() for k, v in module.state_dict().items()}
@@ -62,8 +66,8 @@ def main(model_dir: str) -> None:
             initial = load_model(model_dir, dtype="float32", device="cpu").state_dict()
             for key, want in reference.unwrapped.state_dict().items():
                 assert "k_proj.bias" in key or not torch.equal(want, initial[key]), f"{key} did not change"
-                torch.testing.assert_close(got[key], want, rtol=1e-4, atol=1e-6, msg=f"ZeRO-{stage} {key}")
-            print(f"ZeRO-{stage}: parameters match the single-process update", flush=True)
+                torch.testing.assert_close(got[key], want, rtol=1e-4, atol=1e-6, msg=f"{name} {key}")
+            print(f"{name}: parameters match the single-process update", flush=True)
         torch.distributed.barrier()
 
 

@@ -1,4 +1,4 @@
-"""Two-process runs on CPU (gloo): DeepSpeed ZeRO-2 and ZeRO-3 updates match one process; train.py completes a
+"""Two-process runs on CPU (gloo): DDP, DeepSpeed ZeRO-2 and ZeRO-3 updates match one process; train.py completes a
 ZeRO-3 step under torchrun. Two torchrun launches in all; OMP_NUM_THREADS=1 so two ranks fit two cores."""
 
 from __future__ import annotations
@@ -43,11 +43,12 @@ def torchrun(*args: str, timeout_s: float = 240) -> subprocess.CompletedProcess[
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def test_zero2_and_zero3_updates_match_the_single_process_update(tmp_path: Path) -> None:
+def test_ddp_zero2_and_zero3_updates_match_the_single_process_update(tmp_path: Path) -> None:
     model = build_tiny_model(tmp_path / "model", hidden_size=32, num_layers=2, intermediate_size=64)
     done = torchrun("tests/train/dist_update.py", str(model))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "ZeRO-2: parameters match" in done.stdout and "ZeRO-3: parameters match" in done.stdout
+    for name in ("DDP", "ZeRO-2", "ZeRO-3"):
+        assert f"{name}: parameters match" in done.stdout, done.stdout[-3000:]
 
 
 def test_train_py_completes_a_zero3_step_under_torchrun(tmp_path: Path) -> None:
