@@ -53,7 +53,8 @@ def rollout(run: Run, questions: list) -> list[Trajectory]:
     r = run.cfg.rollout
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
     with run.backend.generation() as model:
-        llm = LocalLLM(model, run.tokenizer, params=params, generator=run.generator)
+        llm = LocalLLM(model, run.tokenizer, params=params, generator=run.generator,
+                       max_batch_rows=r.max_batch_rows or None)
         return run_memagent(questions, llm, run.memory, group_size=r.group_size)
 
 

@@ -31,7 +31,7 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "workflow": {"chunk_tokens": 5000, "memory_tokens": 1024, "answer_tokens": 1024, "max_chunks": 8,
                      "question_tokens": 1024},
         "rollout": {"batch_size": 128, "group_size": 16, "temperature": 1.0, "top_p": 1.0,
-                    "overlong_cache_tokens": 256},
+                    "overlong_cache_tokens": 256, "max_batch_rows": 256},
         "loss": {"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0, "agg": "token-mean"},
         "optim": {"lr": 1e-6, "warmup_steps": 20, "weight_decay": 0.01, "grad_clip": 1.0, "mini_batches": 16,
                   "micro_batch_tokens": 16384},

@@ -67,6 +67,8 @@ class RolloutConfig:
     """Rollout nucleus sampling (MemAgent: 1.0, i.e. off)."""
     top_k: int = 0
     """Rollout top-k (0 = off)."""
+    max_batch_rows: int = 0
+    """Cap on prompts per generate call (bounds KV-cache memory; 0 = all pending requests in one call)."""
     dynamic_sampling: bool = True
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
     max_refill_rounds: int = 4
@@ -230,6 +232,7 @@ def validate(cfg: TrainConfig) -> None:
         (r.group_size >= 2, f"rollout.group_size={r.group_size}: a group baseline needs at least 2 rollouts"),
         (r.batch_size >= 1, f"rollout.batch_size={r.batch_size}: need at least 1 question per step"),
         (r.max_refill_rounds >= 0, "rollout.max_refill_rounds must be >= 0"),
+        (r.max_batch_rows >= 0, f"rollout.max_batch_rows={r.max_batch_rows} must be >= 0 (0 = no cap)"),
         (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
          f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),
         (lo.agg in AGG_MODES, f"loss.agg={lo.agg!r}: expected one of {AGG_MODES}"),

@@ -45,9 +45,10 @@ def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
 class LocalLLM:
     """A backend that renders chats with the tokenizer's chat template and samples with `generate`.
 
-    Each request's messages go through `apply_chat_template(add_generation_prompt=True)`; the whole batch is
-    one `generate` call with each request's own max_new_tokens; responses are decoded with special tokens
-    skipped.
+    Each request's messages go through `apply_chat_template(add_generation_prompt=True)`; the batch is one
+    `generate` call (or consecutive calls of at most `max_batch_rows` rows, to bound KV-cache memory at paper
+    scale, where one round can be 128 x 16 prompts of ~7K tokens) with each request's own max_new_tokens;
+    responses are decoded with special tokens skipped.
     The Completion keeps the token ids and behaviour log-probs, which the trainer needs.
     """
 
@@ -58,11 +59,15 @@ class LocalLLM:
         *,
         params: SamplingParams = PLAIN_SAMPLING,
         generator: torch.Generator | None = None,
+        max_batch_rows: int | None = None,
     ) -> None:
+        if max_batch_rows is not None and max_batch_rows < 1:
+            raise ValueError(f"LocalLLM: max_batch_rows must be >= 1 or None (no cap), got {max_batch_rows}")
         self.model = model
         self.tokenizer = tokenizer
         self.params = params
         self.generator = generator
+        self.max_batch_rows = max_batch_rows
         self.eos_token_ids = stop_token_ids(tokenizer)
         if not self.eos_token_ids:
             raise ValueError(
@@ -80,15 +85,23 @@ class LocalLLM:
             return []
         prompts = [self.render(r) for r in requests]
         pad = self.tokenizer.pad_token_id
-        out = generate(
-            self.model,
-            prompts,
-            max_new_tokens=[r.max_new_tokens for r in requests],
-            eos_token_id=self.eos_token_ids,
-            params=self.params,
-            generator=self.generator,
-            pad_token_id=self.eos_token_ids[0] if pad is None else pad,
-        )
+        rows = self.max_batch_rows or len(prompts)
+        sampled: list[list[int]] = []
+        sampled_logprobs: list[torch.Tensor] = []
+        ended: list[bool] = []
+        for start in range(0, len(prompts), rows):
+            out = generate(
+                self.model,
+                prompts[start : start + rows],
+                max_new_tokens=[r.max_new_tokens for r in requests[start : start + rows]],
+                eos_token_id=self.eos_token_ids,
+                params=self.params,
+                generator=self.generator,
+                pad_token_id=self.eos_token_ids[0] if pad is None else pad,
+            )
+            sampled += out.tokens
+            sampled_logprobs += out.logprobs
+            ended += out.finished
         return [
             Completion(
                 text=self.tokenizer.decode(tokens, skip_special_tokens=True),
@@ -97,5 +110,5 @@ class LocalLLM:
                 logprobs=logprobs,
                 finished=finished,
             )
-            for prompt, tokens, logprobs, finished in zip(prompts, out.tokens, out.logprobs, out.finished)
+            for prompt, tokens, logprobs, finished in zip(prompts, sampled, sampled_logprobs, ended)
         ]

@@ -120,3 +120,18 @@ def test_an_agent_yielding_something_else_is_refused() -> None:
 
     with pytest.raises(ValueError, match="ChatRequest"):
         run_agents([bad_agent()], NeverCalledLLM())
+
+
+def test_capping_generate_rows_gives_the_same_greedy_results(tiny_model, tiny_tokenizer) -> None:
+    whole = run_agents(_mixed_agents(tiny_tokenizer), LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY))
+    capped = run_agents(
+        _mixed_agents(tiny_tokenizer), LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY, max_batch_rows=2)
+    )
+    for a, b in zip(whole, capped):
+        assert a.answer == b.answer
+        assert [c.response_ids for c in a.conversations] == [c.response_ids for c in b.conversations]
+
+
+def test_max_batch_rows_below_one_is_refused(tiny_model, tiny_tokenizer) -> None:
+    with pytest.raises(ValueError, match="max_batch_rows"):
+        LocalLLM(tiny_model, tiny_tokenizer, max_batch_rows=0)
