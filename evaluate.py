@@ -134,7 +134,7 @@ def run_memagent_batch(es: EvalSet, batch: list[Sample], backend: Backend, confi
     return [
         record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=wall,
                memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
-               doc_tokens=len(tokenize_document(sample.context, backend.tokenizer)))
+               doc_tokens=t.document_tokens)
         for sample, t in zip(batch, trajectories)
     ]
 

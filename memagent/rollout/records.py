@@ -70,6 +70,8 @@ class Trajectory:
     """Decoded final answer text."""
     num_chunks: int = 0
     """Number of document chunks read (after any training-time center truncation)."""
+    document_tokens: int = 0
+    """Token length of the whole document in the policy tokenizer, before any truncation."""
     reward: float = 0.0
     """Outcome reward, filled in by the verifier."""
     extras: dict[str, float] = field(default_factory=dict)

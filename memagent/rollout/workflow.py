@@ -126,11 +126,11 @@ def run_memagent(
         raise ValueError(
             "run_memagent: the LLM backend has no tokenizer; give it the policy's (chunks are in its tokens)"
         )
-    agents = []
+    agents, lengths = [], []
     for sample in samples:
-        ids = prepare_document(
-            sample.context, tokenizer, config
-        )  # once per question, shared by its G rollouts
+        full = tokenize_document(sample.context, tokenizer)  # once per question, shared by its G rollouts
+        ids = prepare_document(full, tokenizer, config)
+        lengths.append(len(full))
         agents += [
             memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids)
             for _ in range(group_size)
@@ -142,6 +142,7 @@ def run_memagent(
             conversations=result.conversations,
             answer=result.answer,
             num_chunks=sum(c.kind == MEMORY for c in result.conversations),
+            document_tokens=lengths[i // group_size],
             error=result.error,
         )
         for i, result in enumerate(results)

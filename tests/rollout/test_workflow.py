@@ -117,6 +117,7 @@ def test_center_truncation_keeps_first_and_last_halves_and_caps_the_chunks(
     ]
     [trajectory] = run_memagent([Sample(DOCUMENT, QUESTION, [])], _greedy(tiny_model, tiny_tokenizer), config)
     assert trajectory.num_chunks == 2
+    assert trajectory.document_tokens == len(ids)  # the whole document's length, not the truncated one
     assert _sections(tiny_tokenizer, trajectory.conversations) == [
         tiny_tokenizer.decode(ids[:16].tolist()),
         tiny_tokenizer.decode(ids[-16:].tolist()),
