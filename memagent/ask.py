@@ -17,13 +17,13 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from memagent.data.records import Sample
 from memagent.evaluation.backend import add_backend_args, build_backend
 from memagent.rollout.chunking import num_chunks, tokenize_document
 from memagent.rollout.llm import LLM
 from memagent.rollout.prompts import MemoryConfig
 from memagent.rollout.records import ChatRequest, Completion
-from memagent.rollout.workflow import run_memagent
+from memagent.rollout.scheduler import run_agents
+from memagent.rollout.workflow import memagent_agent
 from memagent.verify.lenient import extract_answer
 
 _TEXT_FIELDS = ("text", "content", "context", "document", "body")
@@ -98,20 +98,21 @@ def main(argv: list[str] | None = None) -> int:
     backend = build_backend(args)
     config = MemoryConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None)
-    total = num_chunks(len(tokenize_document(document, backend.tokenizer)), config.chunk_tokens)
+    ids = tokenize_document(document, backend.tokenizer)  # once: counted here, read by the agent below
+    total = num_chunks(len(ids), config.chunk_tokens)
     if not args.quiet:
         print(f"reading {total} chunk(s) of {config.chunk_tokens} tokens with {backend.name}\n", flush=True)
     llm = ShowMemory(backend.llm, total, quiet=args.quiet)
-    sample = Sample(context=document, question=args.question, answers=[], task="ask")
-    [trajectory] = run_memagent([sample], llm, config, keep_prompt_ids=False)
-    if trajectory.error is not None:
-        print(f"failed: {trajectory.error}", file=sys.stderr)
+    agent = memagent_agent(args.question, ids, backend.tokenizer, config, keep_prompt_ids=False)
+    [result] = run_agents([agent], llm)
+    if result.error is not None:
+        print(f"failed: {result.error}", file=sys.stderr)
         return 1
     if not args.quiet:
         print("--- answer ---")
-    print(trajectory.answer)
+    print(result.answer)
     if not args.quiet:
-        print(f"\nextracted answer: {extract_answer(trajectory.answer)}")
+        print(f"\nextracted answer: {extract_answer(result.answer)}")
     return 0
 
 
