@@ -12,8 +12,8 @@ One RL step:
 Departures from MemAgent's released run, all DAPO's and configurable: clip_high 0.28 (theirs 0.2), dual clip 10
 (theirs 3), std-scaled advantages (theirs R - mean), dynamic sampling and overlong shaping on, no KL (theirs 0.001).
 
-Usage: `python train.py` (the tiny demo: builds a tiny model, copy-pretrains it, warm-starts it on oracle memory
-traces, runs RL and prints a held-out accuracy table), `python train.py --preset smoke`, `torchrun
+Usage: `python train.py` (the tiny demo: builds a tiny model, warm-starts it on oracle memory traces (compact prompts,
+then the workflow's own), runs RL and prints a held-out accuracy table), `python train.py --preset smoke`, `torchrun
 --nproc_per_node 2 train.py --deepspeed configs/ds_zero2.json`, `--resume`, `--config FILE`,
 `--loss.clip-high 0.28`; `--help` lists all.
 """
@@ -39,12 +39,11 @@ from memagent.rollout.records import Trajectory
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import run_memagent
 from memagent.training.checkpoint import load_checkpoint, save_checkpoint
-from memagent.training.demo_task import copy_vocabulary
 from memagent.training.experience import QuestionStream, collect_groups, to_rows
 from memagent.training.heldout import heldout_accuracy
 from memagent.training.logging import MetricsLogger, progress, write_traces
 from memagent.training.setup import Run, build_run
-from memagent.training.warm_start import copy_pretrain, warm_start
+from memagent.training.warm_start import compact_pretrain, warm_start
 
 
 # ALGO LOGIC ---------------------------------------------------------------------------------------------------
@@ -152,12 +151,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             print(f"resumed from {run.resume_from} (step {state['step']})", flush=True)
     else:
         show = cfg.run.progress and be.rank == 0
-        if cfg.warm_start.copy_steps > 0 and run.warm:
+        if run.pretrain_questions is not None:
             t = time.perf_counter()
-            losses = copy_pretrain(be.unwrapped, copy_vocabulary(run.tokenizer), cfg.warm_start, seed=cfg.run.seed,
-                                   device=run.device, show=show)
+            losses = compact_pretrain(be.unwrapped, run.tokenizer, run.pretrain_questions, run.memory,
+                                      cfg.warm_start, device=run.device, budget=cfg.optim.micro_batch_tokens, show=show)
             if be.rank == 0:
-                print(f"copy pretrain: {len(losses)} updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
+                print(f"compact pretrain: {len(losses)} updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
                       f"({time.perf_counter() - t:.0f} s)", flush=True)
         if cfg.warm_start.steps > 0 and run.warm:
             t = time.perf_counter()

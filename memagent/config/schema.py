@@ -141,6 +141,8 @@ class DataConfig:
     """Held-out questions from a file (evaluated at its own length); empty = synthetic at eval_chunk_factors."""
     train_chunks: int = 2
     """Document length at training, in chunks (the context has train_chunks * chunk_tokens tokens)."""
+    distractors: int = 0
+    """code_lookup: code lines with other keys in every chunk (0: the needle is the only code line)."""
     num_train: int = 4000
     """Training questions (generated once from the seed; the stream reshuffles every epoch)."""
     num_eval: int = 64
@@ -155,18 +157,25 @@ class DataConfig:
 class WarmStartConfig:
     """Supervised warm start on oracle memory traces, run before RL when the output dir has no checkpoint."""
 
-    copy_steps: int = 2000
-    """Updates of copy pretraining before SFT (random token sequences repeated twice); 0 = none."""
-    copy_batch: int = 64
-    """Sequences per copy-pretraining update."""
-    copy_lr: float = 2e-3
-    """Copy-pretraining learning rate (AdamW, constant)."""
-    steps: int = 200
-    """SFT optimizer updates; 0 = no warm start. Deliberately short, so the warm start is partial."""
+    pretrain_steps: int = 400
+    """Cap on updates of the compact-prompt pretraining (stage 1 of memagent.training.warm_start); 0 = none."""
+    pretrain_batch: int = 64
+    """Questions per compact-pretraining update (each gives all its oracle conversations; every one fresh)."""
+    pretrain_stop_loss: float = 0.05
+    """Compact pretraining stops once the mean loss of its last 5 updates is below this (nats/token)."""
+    steps: int = 30
+    """SFT updates on the workflow's own prompts (stage 2); 0 = none. Short: the warm start stays partial."""
     batch_questions: int = 16
     """Questions per SFT update (each gives all its oracle conversations; every question is fresh)."""
+    pretrain_chunks: int = 1
+    """Document length of the compact-pretraining questions, in chunks (their teacher is the exact oracle)."""
+    chunks: int = 8
+    """Document length of the SFT questions, in chunks."""
+    teacher_keep_probability: float = 0.2
+    """SFT teacher: chance that it carries a found needle through a section without one (else it writes
+    "code {key} unknown."): a weak memory policy whose greedy imitation forgets; 1 = the exact oracle."""
     lr: float = 2e-3
-    """SFT learning rate (AdamW, 10% warm-up then constant)."""
+    """Learning rate of both stages (AdamW, 10% warm-up then constant)."""
 
 
 @dataclass(frozen=True)
@@ -244,6 +253,9 @@ def validate(cfg: TrainConfig) -> None:
         (min(wf.chunk_tokens, wf.memory_tokens, wf.answer_tokens, wf.max_chunks) >= 1,
          "workflow.chunk_tokens, memory_tokens, answer_tokens and max_chunks must be >= 1"),
         (d.train_chunks >= 1 and d.num_eval >= 0, "data.train_chunks must be >= 1 and data.num_eval >= 0"),
+        (min(cfg.warm_start.chunks, cfg.warm_start.pretrain_chunks) >= 1,
+         "warm_start.chunks and warm_start.pretrain_chunks must be >= 1"),
+        (0 <= cfg.warm_start.teacher_keep_probability <= 1, "warm_start.teacher_keep_probability must be in [0, 1]"),
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
         (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),
     ]

@@ -2,16 +2,17 @@
 
 Task "code_lookup": a document of short lines, one chunk = exactly `chunk_tokens` tokens of whole lines, so a fact
 never straddles two chunks. One line is the needle "code {key} {value}." (key: one of KEYS, value: one of
-VALUES); each chunk also holds `distractors` code lines with other keys, and filler lines. Question: "What is
-code {key}?"; answer: the value. Keys and values come from small closed word lists that the tiny tokenizer learns
-as single tokens (`corpus`), so reading, keeping and answering are each a copy of the one token after the key
-(tasks-and-metrics.md §4). Memory must be selective (distractors) and must survive overwriting (the needle is in a
-random chunk, later chunks bring new distractors), which is what MemAgent's RL trains.
+VALUES) in a random chunk; the rest are filler lines, plus `distractors` code lines with other keys per chunk (0 in
+the demo). Question: "What is code {key}?"; answer: the value. Keys and values come from small closed word lists
+that the tiny tokenizer learns as single tokens (`corpus`), so reading, keeping and answering are each a copy of
+one token (tasks-and-metrics.md §4). The memory must survive overwriting: after the needle's chunk, every later
+chunk brings only fillers, and a memory update that does not copy the memory forward loses the answer.
 
 Oracle (the warm start's targets, exactly the conversations the workflow produces, same prompts): the memory after
 each chunk is the needle line once it has been seen, "code {key} unknown." before, the final answer
 \\boxed{value}. `OracleLLM` is an LLM backend (memagent.rollout.llm.LLM) that answers the workflow's requests with
-these texts, so `run_memagent` itself renders the prompts.
+these texts, so `run_memagent` itself renders the prompts. The demo's warm start uses it as a forgetful teacher
+(`keep_probability` 0.4): a weak memory policy, so that what RL adds over imitation is measurable.
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from memagent.rollout.llm import stop_token_ids
 from memagent.rollout.prompts import MEMORY_UPDATE_TEMPLATE, render_final_answer
 from memagent.rollout.records import ChatRequest, Completion
 
-# Fillers use none of the words of a code line (" code", " for", " is", keys, values), so in a section " is" is
-# always followed by a value: copying the token after " is" is then enough to read a code line.
+# Fillers share no word with code lines (" code", keys, values, " unknown"), so a value token in a prompt is always
+# the needle's (or, with distractors, another code line's).
 FILLERS = ("here we go.", "there and back again.", "a bird sings at dawn.", "the road goes on.", "the wind blows.",
            "we walk home.", "the sun sets.", "the lake stays calm.")
 PAD_WORD = " la"
 # The value follows its key directly, and the memory keeps that form ("code {key} unknown." until the needle is
-# seen), so every step is a copy of the token after the key (an induction head), never a yes/no decision.
+# seen), so every step copies one token of the prompt, never a yes/no decision.
 NEEDLE = "code {key} {value}."
 UNSEEN = "code {key} unknown."
 QUESTION = "What is code {key}?"
@@ -59,13 +60,6 @@ def corpus(seed: int = 0) -> list[str]:
     return texts + [PAD_WORD * 8, "No previous memory"] * 100
 
 
-def copy_vocabulary(tokenizer: PreTrainedTokenizerBase) -> list[int]:
-    """The single-token words of code lines (keys, values, "code", "unknown"): the copy pretraining's alphabet."""
-    words = [" " + w for w in (*KEYS, *VALUES, "unknown", "code")] + ["code", "."]
-    ids = [tokenizer(w, add_special_tokens=False)["input_ids"] for w in words]
-    return sorted({i[0] for i in ids if len(i) == 1})
-
-
 def _count(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
@@ -89,7 +83,7 @@ def _chunk_text(lines: list[str], chunk_tokens: int, tokenizer: PreTrainedTokeni
 
 
 def generate_code_lookup(tokenizer: PreTrainedTokenizerBase, *, num_chunks: int, chunk_tokens: int,
-                         num_samples: int, seed: int, distractors: int = 1,
+                         num_samples: int, seed: int, distractors: int = 0,
                          needle_last: bool = False) -> list[Sample]:
     """`num_samples` questions over documents of exactly num_chunks * chunk_tokens tokens (chunk-aligned lines).
 
@@ -121,24 +115,36 @@ _QUESTION_KEY = re.compile(re.escape(QUESTION.format(key="@")).replace("@", r"(\
 class OracleLLM:
     """An LLM backend that answers MemAgent's requests with the oracle memory and answer (see module docstring).
 
-    The oracle reads the request itself (the question's key, then the needle in the memory or the section), never
+    The oracle reads the request itself (the question's key, then the needle in the section or the memory), never
     a lookup by question text: the closed vocabulary makes many questions identical, and a lookup would give
     all of them one document's needle, i.e. targets unrelated to the document shown.
+
+    keep_probability < 1 makes it a forgetful teacher: when the section has no needle but the memory has, it
+    carries the needle forward only with this probability (a seeded draw per such request) and otherwise writes
+    "code {key} unknown.", the mistake of a memory policy that rewrites the memory from the current section alone.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, keep_probability: float = 1.0, seed: int = 0) -> None:
+        if not 0.0 <= keep_probability <= 1.0:
+            raise ValueError(f"OracleLLM: keep_probability={keep_probability} must be in [0, 1]")
         self.tokenizer = tokenizer
         self.eos = stop_token_ids(tokenizer)[0]
+        self.keep_probability = keep_probability
+        self.rng = random.Random(seed)
 
-    @staticmethod
-    def _answer(content: str) -> str:
+    def _answer(self, content: str) -> str:
         blocks = dict(_BLOCK.findall(content))
         key = _QUESTION_KEY.fullmatch(blocks["problem"]).group(1)  # type: ignore[union-attr]
         needle = re.compile(re.escape(NEEDLE.format(key=key, value="@")).replace("@", r"(?!unknown)(\w+)"))
-        found = needle.search(blocks["memory"]) or needle.search(blocks.get("section", ""))
-        if "section" in blocks:  # a memory update: keep the needle once seen
-            return found.group(0) if found else UNSEEN.format(key=key)
-        return f"\\boxed{{{found.group(1) if found else 'unknown'}}}"
+        in_memory = needle.search(blocks["memory"])
+        if "section" not in blocks:  # the final answer, from the memory alone
+            return f"\\boxed{{{in_memory.group(1) if in_memory else 'unknown'}}}"
+        in_section = needle.search(blocks["section"])
+        if in_section:
+            return in_section.group(0)
+        if in_memory and (self.keep_probability == 1.0 or self.rng.random() < self.keep_probability):
+            return in_memory.group(0)
+        return UNSEEN.format(key=key)
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         out = []

@@ -12,6 +12,7 @@ import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -39,6 +40,8 @@ class Run:
     train: list[Sample]
     warm: list[Sample]
     """Questions of the supervised warm start (fresh ones, never in `train` or `heldout`); empty for file data."""
+    pretrain_questions: Callable[[int], list[Sample]] | None
+    """Questions of compact-pretraining update u, generated on demand (fresh for every u); None for file data."""
     heldout: dict[str, list[Sample]]
     generator: torch.Generator
     device: torch.device
@@ -81,8 +84,13 @@ def model_path(cfg: TrainConfig, rank: int, barrier: Any) -> str:
     return str(path)
 
 
-def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[list[Sample], list[Sample], dict[str, list[Sample]]]:
-    """Training questions, warm-start questions and held-out sets keyed "{N}x" (N times the training chunks)."""
+def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[
+        list[Sample], list[Sample], Callable[[int], list[Sample]] | None, dict[str, list[Sample]]]:
+    """Training questions, SFT and compact-pretraining questions, held-out sets keyed "{N}x" (N x training chunks).
+
+    The generators' seeds differ per set (RL d.seed, SFT + 7, pretraining update u + 100003 + u, held-out
+    + 1000 f + 1), so no set repeats another's documents.
+    """
     d, wf = cfg.data, cfg.workflow
     if d.train_file:
         from memagent import data as data_module
@@ -93,21 +101,24 @@ def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[list[Sample], list[Samp
         train = reader(d.train_file)
         heldout = {"file": reader(d.eval_file)} if d.eval_file else {}
         warm: list[Sample] = []
+        pretrain = None
     else:
         if d.task != "code_lookup":
             raise ValueError(f"data.task={d.task!r}: the synthetic trainer task is 'code_lookup' (or pass data.train_file)")
         make = lambda n, chunks, seed: generate_code_lookup(  # noqa: E731
-            tokenizer, num_chunks=chunks, chunk_tokens=wf.chunk_tokens, num_samples=n, seed=seed)
+            tokenizer, num_chunks=chunks, chunk_tokens=wf.chunk_tokens, num_samples=n, seed=seed,
+            distractors=d.distractors)
         train = make(d.num_train, d.train_chunks, d.seed)
         ws = cfg.warm_start
-        warm = make(ws.steps * ws.batch_questions, d.train_chunks, d.seed + 7) if ws.steps > 0 else []
+        warm = make(ws.steps * ws.batch_questions, ws.chunks, d.seed + 7) if ws.steps > 0 else []
+        pretrain = (lambda u: make(ws.pretrain_batch, ws.pretrain_chunks, d.seed + 100_003 + u)) if ws.pretrain_steps else None
         heldout = {f"{f}x": make(d.num_eval, d.train_chunks * f, d.seed + 1000 * f + 1) for f in d.eval_chunk_factors}
     if not train:
         raise ValueError("the training set is empty: pass --data.num-train > 0 or a non-empty data.train_file")
     if len(train) < cfg.rollout.batch_size:
         raise ValueError(f"the training set has {len(train)} questions, fewer than rollout.batch_size="
                          f"{cfg.rollout.batch_size}: lower the batch size or add questions")
-    return train, warm, heldout
+    return train, warm, pretrain, heldout
 
 
 def build_run(cfg: TrainConfig) -> Run:
@@ -128,9 +139,9 @@ def build_run(cfg: TrainConfig) -> Run:
     if cfg.loss.kl_coef > 0:
         reference = load_model(path, dtype=dtype, device=device).eval().requires_grad_(False)
     memory = MemoryConfig(**dataclasses.asdict(cfg.workflow))
-    train, warm, heldout = load_data(cfg, tokenizer)
+    train, warm, pretrain, heldout = load_data(cfg, tokenizer)
     generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
     if rank == 0:
         (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
     backend = make_backend(model, cfg.optim, device, cfg.run.deepspeed, dtype)
-    return Run(cfg, backend, tokenizer, memory, train, warm, heldout, generator, device, reference, resume_from)
+    return Run(cfg, backend, tokenizer, memory, train, warm, pretrain, heldout, generator, device, reference, resume_from)
