@@ -163,8 +163,8 @@ class WarmStartConfig:
     """Questions per compact-pretraining update (each gives all its oracle conversations; every one fresh)."""
     pretrain_stop_loss: float = 0.05
     """Compact pretraining stops once the mean loss of its last 5 updates is below this (nats/token)."""
-    steps: int = 30
-    """SFT updates on the workflow's own prompts (stage 2); 0 = none. Short: the warm start stays partial."""
+    steps: int = 80
+    """SFT updates on the workflow's own prompts (stage 2); 0 = none."""
     batch_questions: int = 16
     """Questions per SFT update (each gives all its oracle conversations; every question is fresh)."""
     pretrain_chunks: int = 1
@@ -194,7 +194,7 @@ class EvalConfig:
 class RunConfig:
     """Steps, seeds, output, logging, checkpoints and the distributed backend."""
 
-    steps: int = 30
+    steps: int = 50
     """RL steps (each: rollout, dynamic sampling, `mini_batches` optimizer updates)."""
     seed: int = 0
     """Seed of python, numpy, torch and the rollout generator."""

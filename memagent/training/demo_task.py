@@ -12,7 +12,7 @@ Oracle (the warm start's targets, exactly the conversations the workflow produce
 each chunk is the needle line once it has been seen, "code {key} unknown." before, the final answer
 \\boxed{value}. `OracleLLM` is an LLM backend (memagent.rollout.llm.LLM) that answers the workflow's requests with
 these texts, so `run_memagent` itself renders the prompts. The demo's warm start uses it as a forgetful teacher
-(`keep_probability` 0.4): a weak memory policy, so that what RL adds over imitation is measurable.
+(`keep_probability` 0.2): a weak memory policy, so that what RL adds over imitation is measurable.
 """
 
 from __future__ import annotations

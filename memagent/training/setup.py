@@ -10,9 +10,9 @@ import dataclasses
 import json
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np

@@ -1,18 +1,20 @@
 """Supervised warm start on teacher memory traces (the conversations the workflow produces, teacher responses).
 
-The teacher backend (demo_task.OracleLLM) answers the workflow's own requests. With keep_probability 1 it is the
-exact oracle; the demo makes it forgetful (WarmStartConfig.teacher_keep_probability 0.4: a found needle is carried
-through a section without one only 40% of the time), so the greedy imitation forgets and keeping the memory
-across overwrites is left for RL to learn: with the exact oracle, whether the tiny model's warm start already
-keeps it depended on the seed (held-out 47% to 98% at 1x over 5 seeds), leaving RL 2 to 53 points. The loss is the token mean of -log p over the oracle response tokens (EOS included),
-over all conversations of the batch. Two stages, both on fresh questions only (never in the RL or held-out sets):
+The teacher backend (demo_task.OracleLLM) answers the workflow's own requests; the loss is the token mean of
+-log p over the teacher's response tokens (EOS included), over all conversations of the batch. Two stages, both on
+fresh questions only (never in the RL or held-out sets):
 
-1. `compact_pretrain`: the same oracle traces with a compact prompt ("{question}\\n{memory}\\n{section}\\n", no
-   instructions, no chat template; about 50 tokens instead of 280). A randomly initialised tiny model does not
-   learn to retrieve the value from the 280-token workflow prompt within a CPU budget: SFT on it stayed at chance
-   for 200 updates (the loss flat at 0.93 nats/token, the key and value tokens at ln 16). With the compact prompt
-   the retrieval forms in about 120-150 updates (the loss drops from ~0.9 to below 0.05) and then transfers.
-2. `warm_start`: SFT on the workflow's own prompts (chat template and MemAgent's instructions).
+1. `compact_pretrain`: exact-oracle traces of one-chunk documents behind a compact prompt ("{question}\n{memory}
+   \n{section}\n", no instructions, no chat template: about 50 tokens instead of 280). A randomly initialised
+   tiny model does not learn to retrieve the value from the 280-token workflow prompt within a CPU budget: SFT on
+   it stayed at chance for 200 updates (loss flat at 0.93 nats/token, key and value tokens at ln 16). Behind the
+   compact prompt the retrieval forms in 120-200 updates (loss ~0.9 -> below 0.05) and then transfers.
+2. `warm_start`: SFT on the workflow's own prompts (chat template, MemAgent's instructions) over 8-chunk documents
+   from a forgetful teacher (WarmStartConfig.teacher_keep_probability 0.2: a found needle is carried through a
+   section without one only 20% of the time, else the memory is rewritten "code {key} unknown."). Its greedy
+   imitation forgets, so keeping the memory across overwrites, MemAgent's skill, is what RL adds. With the exact
+   oracle the warm start's held-out accuracy at 2 chunks ranged from 47% to 98% over 5 seeds: whether the tiny
+   model already kept the memory was a matter of the seed, leaving RL 2 to 53 points.
 
 Every rank runs the same warm start from the same seed on the unwrapped model before the RL backend wraps it,
 so the ranks start RL from identical weights without communication.
