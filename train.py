@@ -12,7 +12,7 @@ One RL step:
 Departures from MemAgent's released run, all DAPO's and configurable: clip_high 0.28 (theirs 0.2), dual clip 10
 (theirs 3), std-scaled advantages (theirs R - mean), dynamic sampling and overlong shaping on, no KL (theirs 0.001).
 
-Usage: `python train.py` (the tiny demo: builds a tiny model, warm-starts it on oracle memory traces (compact prompts,
+Usage: `python train.py` (the tiny demo: builds a tiny model, warm-starts it on teacher memory traces (compact prompts,
 then the workflow's own), runs RL and prints a held-out accuracy table), `python train.py --preset smoke`, `torchrun
 --nproc_per_node 2 train.py --deepspeed configs/ds_zero2.json`, `--resume`, `--config FILE`,
 `--loss.clip-high 0.28`; `--help` lists all.

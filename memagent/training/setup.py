@@ -88,8 +88,8 @@ def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[
         list[Sample], list[Sample], Callable[[int], list[Sample]] | None, dict[str, list[Sample]]]:
     """Training questions, SFT and compact-pretraining questions, held-out sets keyed "{N}x" (N x training chunks).
 
-    The generators' seeds differ per set (RL d.seed, SFT + 7, pretraining update u + 100003 + u, held-out
-    + 1000 f + 1), so no set repeats another's documents.
+    The generators' seeds differ per set (RL d.seed, SFT d.seed + 7, compact-pretraining update u
+    d.seed + 100003 + u, held-out d.seed + 1000 f + 1), so no set repeats another's documents.
     """
     d, wf = cfg.data, cfg.workflow
     if d.train_file:
@@ -111,7 +111,9 @@ def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[
         train = make(d.num_train, d.train_chunks, d.seed)
         ws = cfg.warm_start
         warm = make(ws.steps * ws.batch_questions, ws.chunks, d.seed + 7) if ws.steps > 0 else []
-        pretrain = (lambda u: make(ws.pretrain_batch, ws.pretrain_chunks, d.seed + 100_003 + u)) if ws.pretrain_steps else None
+        pretrain = None
+        if ws.pretrain_steps > 0:
+            pretrain = lambda u: make(ws.pretrain_batch, ws.pretrain_chunks, d.seed + 100_003 + u)  # noqa: E731
         heldout = {f"{f}x": make(d.num_eval, d.train_chunks * f, d.seed + 1000 * f + 1) for f in d.eval_chunk_factors}
     if not train:
         raise ValueError("the training set is empty: pass --data.num-train > 0 or a non-empty data.train_file")
