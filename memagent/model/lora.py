@@ -1,0 +1,134 @@
+"""LoRA from scratch (Hu et al., arXiv 2106.09685): low-rank adapters on the linear layers of an HF causal LM.
+
+A frozen linear layer W (out x in) gets a trainable update of rank r:
+
+    y = x W^T + b + (alpha / r) * dropout(x) A^T B^T        A: [r, in] (Kaiming-uniform), B: [out, r] (zeros)
+
+B starts at zero, so an adapted model computes exactly what the base model did until the first update. Only A and B
+train: a 7B policy then needs optimizer state for a few million parameters instead of seven billion, which is what
+single-GPU users of MemAgent ask for.
+
+- `apply_lora(model, rank=..., alpha=..., target_modules=...)` swaps the matching `nn.Linear` modules (by the last
+  component of their name: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj) for `LoRALinear` and
+  freezes every other parameter.
+- `merge_lora(model)` folds W + (alpha / r) B A back into plain `nn.Linear` modules: the result saves with
+  `save_pretrained` as an ordinary HF checkpoint that transformers loads alone.
+- `adapter_state_dict(model)` / `load_adapter_state_dict(model, state)`: adapter-only checkpoints (A and B of every
+  adapted layer, keyed by module name), restored bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor, nn
+
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The attention and MLP projections of Llama / Qwen2-style decoders."""
+
+
+class LoRALinear(nn.Module):
+    """A frozen `nn.Linear` plus a trainable rank-r update; same call signature as the layer it wraps."""
+
+    def __init__(self, base: nn.Linear, rank: int, alpha: float, dropout: float = 0.0) -> None:
+        super().__init__()
+        if rank < 1:
+            raise ValueError(f"LoRA rank must be >= 1, got {rank}")
+        self.base = base.requires_grad_(False)
+        self.rank, self.alpha = rank, alpha
+        self.scaling = alpha / rank
+        weight = base.weight
+        # Adapters are kept in float32 whatever the base dtype: they are the trained (master) parameters.
+        self.lora_a = nn.Parameter(torch.empty(rank, base.in_features, device=weight.device, dtype=torch.float32))
+        self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, device=weight.device, dtype=torch.float32))
+        nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))  # nn.Linear's own init for the down-projection
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        """x: [..., in] -> [..., out] in the dtype of the base layer's output."""
+        out = self.base(x)
+        update = self.dropout(x).to(self.lora_a.dtype) @ self.lora_a.t() @ self.lora_b.t()  # [..., out]
+        return out + (self.scaling * update).to(out.dtype)
+
+    def merged_weight(self) -> Tensor:
+        """W + (alpha / r) B A, [out, in], in the base weight's dtype."""
+        delta = (self.lora_b @ self.lora_a) * self.scaling
+        return (self.base.weight.float() + delta).to(self.base.weight.dtype)
+
+
+def _targets(model: nn.Module, target_modules: Iterable[str]) -> list[tuple[nn.Module, str, nn.Linear]]:
+    """(parent, attribute name, linear layer) of every nn.Linear whose name ends in one of target_modules."""
+    wanted = set(target_modules)
+    found = []
+    for name, module in model.named_modules():
+        for child_name, child in module.named_children():
+            if isinstance(child, nn.Linear) and child_name in wanted:
+                found.append((module, child_name, child))
+    return found
+
+
+def apply_lora(
+    model: nn.Module, *, rank: int, alpha: float, target_modules: Iterable[str] = DEFAULT_TARGETS,
+    dropout: float = 0.0,
+) -> nn.Module:
+    """Wrap the target linear layers of `model` in place and freeze everything else; returns `model`.
+
+    Raises ValueError when no module matches (a typo in target_modules would otherwise train nothing).
+    """
+    targets = list(target_modules)
+    found = _targets(model, targets)
+    if not found:
+        raise ValueError(f"LoRA target_modules {targets} match no nn.Linear of {type(model).__name__}")
+    model.requires_grad_(False)
+    for parent, child_name, linear in found:
+        setattr(parent, child_name, LoRALinear(linear, rank, alpha, dropout))
+    return model
+
+
+def lora_modules(model: nn.Module) -> dict[str, LoRALinear]:
+    """Every LoRALinear of the model, by module name."""
+    return {name: m for name, m in model.named_modules() if isinstance(m, LoRALinear)}
+
+
+def merge_lora(model: nn.Module) -> nn.Module:
+    """Replace every LoRALinear by a plain nn.Linear holding the merged weight (in place); returns `model`."""
+    for name, module in lora_modules(model).items():
+        parent_name, _, child_name = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        base = module.base
+        merged = nn.Linear(base.in_features, base.out_features, bias=base.bias is not None,
+                           device=base.weight.device, dtype=base.weight.dtype)
+        with torch.no_grad():
+            merged.weight.copy_(module.merged_weight())
+            if base.bias is not None:
+                merged.bias.copy_(base.bias)
+        setattr(parent, child_name, merged)
+    return model
+
+
+def adapter_state_dict(model: nn.Module) -> dict[str, Tensor]:
+    """{"<module>.lora_a": [r, in], "<module>.lora_b": [out, r]} float32 copies of every adapter."""
+    state = {}
+    for name, module in lora_modules(model).items():
+        state[f"{name}.lora_a"] = module.lora_a.detach().clone()
+        state[f"{name}.lora_b"] = module.lora_b.detach().clone()
+    return state
+
+
+def load_adapter_state_dict(model: nn.Module, state: dict[str, Tensor]) -> None:
+    """Copy adapter weights into an already adapted model; the key sets must match exactly."""
+    modules = lora_modules(model)
+    expected = {f"{n}.{p}" for n in modules for p in ("lora_a", "lora_b")}
+    if set(state) != expected:
+        missing, unexpected = sorted(expected - set(state)), sorted(set(state) - expected)
+        raise ValueError(f"adapter checkpoint does not match the model: missing {missing[:3]}, unexpected "
+                         f"{unexpected[:3]} (check lora rank and target_modules)")
+    with torch.no_grad():
+        for key, value in state.items():
+            name, _, param = key.rpartition(".")
+            target = getattr(modules[name], param)
+            if target.shape != value.shape:
+                raise ValueError(f"adapter {key}: shape {tuple(value.shape)} != model {tuple(target.shape)}")
+            target.copy_(value)
