@@ -62,7 +62,7 @@ def _targets(model: nn.Module, target_modules: Iterable[str]) -> list[tuple[nn.M
     """(parent, attribute name, linear layer) of every nn.Linear whose name ends in one of target_modules."""
     wanted = set(target_modules)
     found = []
-    for name, module in model.named_modules():
+    for module in model.modules():
         for child_name, child in module.named_children():
             if isinstance(child, nn.Linear) and child_name in wanted:
                 found.append((module, child_name, child))
