@@ -9,6 +9,10 @@ is then a few [chunk_tokens, V] float32 tensors (logits, log-softmax and their g
 backward; bench/logprobs.md has measurements). Positions that are padding, a row's first real token (no prefix) or
 outside `target_mask` are skipped and hold 0, so their head cost is not paid at all.
 
+All chunks run inside ONE call of the head module (its forward is swapped for the chunk loop during the call), so
+module hooks see one call per pass whatever the token count: under ZeRO-3 the head is gathered once per pass on
+every rank, where one gather per chunk would be a different number of collectives on ranks with different tokens.
+
 Temperature is applied exactly as the sampler applies it (logits / T in float32 after the head ran in the model's
 dtype), so log-probs recomputed for training match the ones recorded at rollout.
 Left padding is supported: position ids default to cumsum(mask) - 1, as in generation.
@@ -136,25 +140,31 @@ def token_logprobs(
     recompute = torch.is_grad_enabled() and (
         h.requires_grad or any(p.requires_grad for p in head.parameters())
     )
-    parts_logp, parts_ent = [], []
-    for start in range(0, h.shape[0], chunk_tokens):
-        args = (
-            head,
-            h[start : start + chunk_tokens],
-            y[start : start + chunk_tokens],
-            temperature,
-            with_entropy,
-        )
-        if recompute:
-            logp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False)
-        else:
-            logp, ent = _chunk_logprobs(*args)
-        parts_logp.append(logp)
-        parts_ent.append(ent)
+    own_forward = head.__dict__.get("forward")  # an instance-level forward (e.g. another library's wrapper), kept
+    plain_head = own_forward or type(head).forward.__get__(head)  # the head's forward, without its module hooks
 
-    def scatter(parts: list[Tensor]) -> Tensor:
-        values = torch.cat(parts) if parts else hidden.new_zeros(0, dtype=torch.float32)
+    def all_chunks(h: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+        """[N, H], [N] -> log-probs [N] and entropies [N] (or [0]) float32, chunk by chunk."""
+        parts_logp, parts_ent = [h.new_zeros(0, dtype=torch.float32)], [h.new_zeros(0, dtype=torch.float32)]
+        for start in range(0, h.shape[0], chunk_tokens):
+            args = (plain_head, h[start : start + chunk_tokens], y[start : start + chunk_tokens], temperature,
+                    with_entropy)
+            logp, ent = checkpoint(_chunk_logprobs, *args, use_reentrant=False) if recompute else _chunk_logprobs(*args)
+            parts_logp.append(logp)
+            parts_ent.append(ent)
+        return torch.cat(parts_logp), torch.cat(parts_ent)
+
+    head.forward = all_chunks  # one module call for every chunk: hooks (ZeRO-3's gather and release) run once
+    try:
+        values_logp, values_ent = head(h, y)
+    finally:
+        if own_forward is None:
+            del head.forward
+        else:
+            head.forward = own_forward
+
+    def scatter(values: Tensor) -> Tensor:
         full = values.new_zeros(B * (T - 1)).index_put((flat_index,), values)  # skipped positions stay 0
         return torch.cat([full.new_zeros(B, 1), full.view(B, T - 1)], dim=1)  # [B, T], position 0 = 0
 
-    return TokenLogprobs(logprobs=scatter(parts_logp), entropy=scatter(parts_ent) if with_entropy else None)
+    return TokenLogprobs(logprobs=scatter(values_logp), entropy=scatter(values_ent) if with_entropy else None)
