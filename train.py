@@ -27,13 +27,7 @@ from pathlib import Path
 import torch
 
 from memagent.config import load_config
-from memagent.rl.step import (
-    accumulate_gradients,
-    global_counts,
-    micro_batches,
-    response_logprobs,
-    split_mini_batches,
-)
+from memagent.rl.step import accumulate_gradients, global_counts, micro_batch_counts, set_logprobs, split_mini_batches
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.records import Trajectory
 from memagent.rollout.sampling import SamplingParams
@@ -43,7 +37,6 @@ from memagent.training.experience import QuestionStream, collect_groups, to_rows
 from memagent.training.heldout import heldout_accuracy
 from memagent.training.logging import MetricsLogger, progress, write_traces
 from memagent.training.setup import Run, build_run
-from memagent.training.warm_start import compact_pretrain, warm_start
 
 
 # ALGO LOGIC ---------------------------------------------------------------------------------------------------
@@ -70,24 +63,22 @@ def rl_step(run: Run, stream: QuestionStream) -> tuple[dict[str, float], list[Tr
     t_rollout = time.perf_counter() - t0
 
     opt, temp = cfg.optim, cfg.rollout.temperature
-    kw = dict(budget=opt.micro_batch_tokens, pad_id=run.tokenizer.pad_token_id, device=run.device)
-    n_micro = int(be.all_reduce(torch.tensor(len(micro_batches(rows, opt.micro_batch_tokens))), "max"))
-    for row, lp in zip(rows, response_logprobs(be.model, rows, temperature=temp, num_micro=n_micro, **kw)):
-        row.old_logprobs = lp  # 5: the policy before this step's updates
+    kw = dict(budget=opt.micro_batch_tokens, pad_id=run.tokenizer.pad_token_id, device=run.device, temperature=temp)
+    minis = split_mini_batches(rows, opt.mini_batches)
+    counts = micro_batch_counts(minis, opt.micro_batch_tokens, lambda t: be.all_reduce(t, "max"))
+    set_logprobs(be.model, minis, counts, "old_logprobs", **kw)  # 5: packed as the update packs them: ratio 1 at first
     if run.reference is not None:
-        for row, lp in zip(rows, response_logprobs(run.reference, rows, temperature=temp, num_micro=n_micro, **kw)):
-            row.ref_logprobs = lp
+        set_logprobs(run.reference, minis, counts, "ref_logprobs", **kw)
 
     updates: list[dict[str, float]] = []
-    minis = split_mini_batches(rows, opt.mini_batches)
-    for mini in progress(minis, desc="update", enabled=cfg.run.progress and be.rank == 0 and len(minis) > 4):
+    show = cfg.run.progress and be.rank == 0 and len(minis) > 4
+    for mini, m_micro in progress(list(zip(minis, counts)), desc="update", enabled=show):
         num_tokens, num_seqs = global_counts(mini, be.all_reduce_sum)  # 6: BEFORE the micro-batch loop
         if num_tokens == 0:
             continue
-        m_micro = int(be.all_reduce(torch.tensor(len(micro_batches(mini, opt.micro_batch_tokens))), "max"))
         metrics = accumulate_gradients(
             be.model, mini, cfg.loss, num_tokens=num_tokens, num_seqs=num_seqs, world_size=be.world_size,
-            temperature=temp, backward=be.backward, num_micro=m_micro, **kw)
+            backward=be.backward, num_micro=m_micro, **kw)
         metrics["grad_norm"], skipped = be.step()
         metrics["skipped"] = float(skipped)
         if skipped and be.rank == 0:
@@ -149,23 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         state = load_checkpoint(be, run.resume_from, run.generator)
         if be.rank == 0:
             print(f"resumed from {run.resume_from} (step {state['step']})", flush=True)
-    else:
-        show = cfg.run.progress and be.rank == 0
-        if run.pretrain_questions is not None:
-            t = time.perf_counter()
-            losses = compact_pretrain(be.unwrapped, run.tokenizer, run.pretrain_questions, run.memory,
-                                      cfg.warm_start, device=run.device, budget=cfg.optim.micro_batch_tokens, show=show)
-            if be.rank == 0:
-                print(f"compact pretrain: {len(losses)} updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
-                      f"({time.perf_counter() - t:.0f} s)", flush=True)
-        if cfg.warm_start.steps > 0 and run.warm:
-            t = time.perf_counter()
-            losses = warm_start(be.unwrapped, run.tokenizer, run.warm, run.memory, cfg.warm_start,
-                                seed=cfg.run.seed, device=run.device, budget=cfg.optim.micro_batch_tokens,
-                                show=show)
-            if be.rank == 0:
-                print(f"warm start: {len(losses)} SFT updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
-                      f"({time.perf_counter() - t:.0f} s)", flush=True)
+    else:  # build_run warm-started the model before the backend wrapped it
         state["before"] = evaluate(run) if run.heldout else {}
         logger.log(0, state["before"])
     stream = QuestionStream(len(run.train), cfg.data.seed, state["position"])

@@ -88,9 +88,12 @@ def pack_by_token_budget(lengths: list[int], budget: int) -> list[list[int]]:
 
 
 def collate(rows: list[TrainRow], pad_id: int, device: torch.device) -> MicroBatch:
-    """Right-pad rows into one MicroBatch; an empty list gives a two-token all-masked dummy row."""
+    """Right-pad rows into one MicroBatch; an empty list gives a two-token all-masked dummy row (with zero old and
+    reference log-probs, so a KL run's dummy micro-batch collates like a real one)."""
     if not rows:
-        rows = [TrainRow(input_ids=[pad_id, pad_id], prompt_len=1, response_mask=[0], advantage=0.0)]
+        zero = torch.zeros(1)
+        rows = [TrainRow(input_ids=[pad_id, pad_id], prompt_len=1, response_mask=[0], advantage=0.0,
+                         old_logprobs=zero, ref_logprobs=zero)]
     T = max(len(r.input_ids) for r in rows)
     B = len(rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
@@ -132,6 +135,30 @@ def response_logprobs(
                               target_mask=mb.loss_mask).logprobs.float().cpu()
         out.extend(logp[i, r.prompt_len : len(r.input_ids)] for i, r in enumerate(pack))
     return out
+
+
+def micro_batch_counts(minis: list[list[TrainRow]], budget: int,
+                       all_reduce_max: Callable[[Tensor], Tensor]) -> list[int]:
+    """Micro-batches of each mini-batch, the max over ranks (one all-reduce): every rank runs as many forwards."""
+    local = torch.tensor([len(micro_batches(mini, budget)) for mini in minis], dtype=torch.long)
+    return [int(n) for n in all_reduce_max(local)]
+
+
+@torch.no_grad()
+def set_logprobs(
+    model: nn.Module, minis: list[list[TrainRow]], counts: list[int], field: str, *, budget: int, pad_id: int,
+    temperature: float, device: torch.device,
+) -> None:
+    """Store `model`'s log-probs in each row's `field` ("old_logprobs" or "ref_logprobs"), mini-batch by mini-batch.
+
+    Each mini-batch is packed exactly as accumulate_gradients packs it (same rows, same budget, `counts` from
+    micro_batch_counts), so the update's forward sees the same tensors: before the first update the ratio is
+    exactly 1, not 1 up to the float noise of a different padding.
+    """
+    for mini, count in zip(minis, counts):
+        for row, lp in zip(mini, response_logprobs(model, mini, budget=budget, pad_id=pad_id, temperature=temperature,
+                                                   device=device, num_micro=count)):
+            setattr(row, field, lp)
 
 
 def global_counts(rows: list[TrainRow], all_reduce_sum: Callable[[Tensor], Tensor]) -> tuple[float, float]:

@@ -3,7 +3,8 @@
 One interface for the trainer: `backward(loss, is_last)` accumulates (DDP: no_sync until the last micro-batch;
 DeepSpeed: the accumulation boundary is the last one), `step()` clips, skips a non-finite update and steps
 AdamW and the lr schedule, `generation()` is a context in which the full model can generate (ZeRO-3 gathers the
-partitioned parameters, DeepSpeed's GatheredParameters), and the all-reduces the loss normalizer needs.
+partitioned parameters once and removes its partition hooks meanwhile, so decoding runs no collective and ranks may
+run different numbers of forwards), and the all-reduces the loss normalizer needs.
 We drive `torch.distributed` and `deepspeed.initialize` directly: on CPU this is gloo, on GPUs NCCL, chosen at
 run time. DeepSpeed on CPU (environment.md §1): the shm-comm op's ~95 s g++ JIT is skipped, and the client
 torch AdamW avoids building cpu_adam.
@@ -173,6 +174,9 @@ def deepspeed_config(path: str, cfg: OptimConfig, world_size: int, dtype: torch.
         section = ds.setdefault(key, {})
         if section.get("enabled", "auto") == "auto":
             section["enabled"] = enabled
+    types = ds.setdefault("data_types", {})
+    if types.get("grad_accum_dtype", "auto") == "auto":
+        types["grad_accum_dtype"] = "fp32"  # bf16 weights: micro-batch gradients add up in fp32, not in bf16
     if "optimizer" in ds or "scheduler" in ds:
         raise ValueError(f"{path}: remove 'optimizer'/'scheduler'; train.py passes torch AdamW and its lr schedule")
     return ds
@@ -212,9 +216,16 @@ class DeepSpeedBackend(Backend):
 
     @contextlib.contextmanager
     def generation(self) -> Iterator[nn.Module]:
-        """ZeRO-3: every rank gathers the full parameters for the rollout (a collective on enter and exit)."""
-        with self.full_parameters() as module, super().generation() as m:
-            assert m is module
+        """ZeRO-3: every rank gathers the full parameters once (a collective on enter and exit) and DeepSpeed's
+        partition hooks are off meanwhile, so decoding is local: no per-layer re-gather per token, which would be a
+        collective and hang ranks that run different numbers of forwards (DeepSpeed's unwrap_model_for_generation)."""
+        if self.stage < 3:
+            with super().generation() as m:
+                yield m
+            return
+        from deepspeed.runtime.zero.stage3 import unwrap_model_for_generation
+
+        with unwrap_model_for_generation(self.engine), super().generation() as m:
             yield m
 
     @contextlib.contextmanager
@@ -234,6 +245,25 @@ class DeepSpeedBackend(Backend):
     def load_optimizer(self, directory: Path) -> None:
         self.engine.load_checkpoint(str(directory / "deepspeed"), tag="state", load_optimizer_states=True,
                                     load_lr_scheduler_states=True)
+
+
+def resolve_deepspeed_path(flag: str, environ: dict[str, str] | os._Environ[str]) -> str:
+    """The DeepSpeed config to use: --deepspeed, or the file of an `accelerate launch` DeepSpeed config.
+
+    accelerate's launcher only exports its DeepSpeed settings (ACCELERATE_USE_DEEPSPEED,
+    ACCELERATE_DEEPSPEED_CONFIG_FILE, ACCELERATE_DEEPSPEED_ZERO_STAGE, ...); train.py wraps the model itself, so it
+    honours a config file and refuses plugin-only settings (a ZeRO stage without a file) instead of running DDP.
+    """
+    if environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() != "true":
+        return flag
+    file = environ.get("ACCELERATE_DEEPSPEED_CONFIG_FILE", "")
+    if not file or file == "none":
+        raise ValueError("accelerate launch asks for DeepSpeed without a deepspeed_config_file: train.py does not "
+                         "read accelerate's DeepSpeed plugin settings; set deepspeed_config_file (e.g. "
+                         "configs/ds_zero2.json) in the accelerate config, or pass --deepspeed FILE")
+    if flag and Path(flag).resolve() != Path(file).resolve():
+        raise ValueError(f"--deepspeed {flag} and accelerate's deepspeed_config_file {file} differ: give one of them")
+    return file
 
 
 def make_backend(model: nn.Module, cfg: OptimConfig, device: torch.device, deepspeed_path: str,

@@ -1,15 +1,23 @@
-"""Plumbing of train.py: output dir, seeds, device, process group, model and tokenizer, data, backend, resume.
+"""Plumbing of train.py: output dir, seeds, device, process group, model and tokenizer, data, warm start, backend,
+resume.
 
+Order matters: the supervised warm start trains the plain model BEFORE a backend wraps it (DeepSpeed copies the
+weights into its own flat or partitioned buffers at wrap time; training the module afterwards would be undone by
+ZeRO-1's first step, double-count gradients under ZeRO-2 and meet empty partitions under ZeRO-3), and the KL
+reference is a copy of the warm-started model, i.e. the policy RL starts from. The warm-started model is also saved
+to OUTPUT_DIR/warm_start (the reference of a resumed run, and a model to evaluate on its own).
 Everything here fails early with a clear message (empty data, fewer questions than a batch, an unwritable
 output dir, group_size < 2 is refused by the config itself).
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import os
 import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +32,17 @@ from memagent.data.records import Sample
 from memagent.model import build_tiny_model, load_model, load_tokenizer
 from memagent.model.loading import resolve_dtype
 from memagent.rollout.prompts import MemoryConfig
-from memagent.training.backend import Backend, dist_env, init_process_group, make_backend, pick_device
+from memagent.training.backend import (
+    Backend,
+    dist_env,
+    init_process_group,
+    make_backend,
+    pick_device,
+    resolve_deepspeed_path,
+)
 from memagent.training.checkpoint import list_checkpoints, resolve_resume
 from memagent.training.demo_task import corpus, generate_code_lookup
+from memagent.training.warm_start import compact_pretrain, warm_start
 
 
 @dataclass
@@ -38,10 +54,6 @@ class Run:
     tokenizer: Any
     memory: MemoryConfig
     train: list[Sample]
-    warm: list[Sample]
-    """Questions of the supervised warm start (fresh ones, never in `train` or `heldout`); empty for file data."""
-    pretrain_questions: Callable[[int], list[Sample]] | None
-    """Questions of compact-pretraining update u, generated on demand (fresh for every u); None for file data."""
     heldout: dict[str, list[Sample]]
     generator: torch.Generator
     device: torch.device
@@ -123,6 +135,32 @@ def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[
     return train, warm, pretrain, heldout
 
 
+def warm_start_model(cfg: TrainConfig, model: nn.Module, tokenizer: Any, memory: MemoryConfig, warm: list[Sample],
+                     pretrain: Callable[[int], list[Sample]] | None, device: torch.device, rank: int) -> bool:
+    """Compact pretraining, then SFT on the workflow's traces (memagent.training.warm_start), on the unwrapped model.
+    Every rank trains its own copy on the same questions. Returns whether any update ran."""
+    show = cfg.run.progress and rank == 0
+    budget = cfg.optim.micro_batch_tokens
+    ran = False
+    if pretrain is not None:
+        t = time.perf_counter()
+        losses = compact_pretrain(model, tokenizer, pretrain, memory, cfg.warm_start, device=device, budget=budget,
+                                  show=show)
+        ran = True
+        if rank == 0:
+            print(f"compact pretrain: {len(losses)} updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
+                  f"({time.perf_counter() - t:.0f} s)", flush=True)
+    if cfg.warm_start.steps > 0 and warm:
+        t = time.perf_counter()
+        losses = warm_start(model, tokenizer, warm, memory, cfg.warm_start, seed=cfg.run.seed, device=device,
+                            budget=budget, show=show)
+        ran = True
+        if rank == 0:
+            print(f"warm start: {len(losses)} SFT updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
+                  f"({time.perf_counter() - t:.0f} s)", flush=True)
+    return ran
+
+
 def build_run(cfg: TrainConfig) -> Run:
     """Set up everything in order; see the module docstring for the checks."""
     rank, world, local_rank = dist_env()
@@ -137,13 +175,21 @@ def build_run(cfg: TrainConfig) -> Run:
     dtype = resolve_dtype(cfg.model.dtype, device)
     model = load_model(path, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
     model.train()
-    reference = None
-    if cfg.loss.kl_coef > 0:
-        reference = load_model(path, dtype=dtype, device=device).eval().requires_grad_(False)
     memory = MemoryConfig(**dataclasses.asdict(cfg.workflow))
     train, warm, pretrain, heldout = load_data(cfg, tokenizer)
-    generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
     if rank == 0:
         (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
-    backend = make_backend(model, cfg.optim, device, cfg.run.deepspeed, dtype)
-    return Run(cfg, backend, tokenizer, memory, train, warm, pretrain, heldout, generator, device, reference, resume_from)
+    deepspeed_path = resolve_deepspeed_path(cfg.run.deepspeed, os.environ)
+    warm_dir = out / "warm_start"
+    if resume_from is None and warm_start_model(cfg, model, tokenizer, memory, warm, pretrain, device, rank):
+        if rank == 0:
+            model.save_pretrained(warm_dir)
+        barrier()
+    reference = None
+    if cfg.loss.kl_coef > 0:  # the policy RL starts from: the warm-started model (saved for a resumed run)
+        reference = copy.deepcopy(model) if resume_from is None else load_model(
+            warm_dir if (warm_dir / "config.json").is_file() else path, dtype=dtype, device=device)
+        reference.eval().requires_grad_(False)
+    generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
+    backend = make_backend(model, cfg.optim, device, deepspeed_path, dtype)
+    return Run(cfg, backend, tokenizer, memory, train, heldout, generator, device, reference, resume_from)

@@ -189,3 +189,57 @@ def test_recomputed_logprobs_match_sampler_logprobs_at_temperature(tiny_model) -
         with torch.no_grad():
             recomputed = token_logprobs(tiny_model, ids, torch.ones_like(ids), temperature=0.7).logprobs
         torch.testing.assert_close(recomputed[0, len(prompt) :], sampled_logp.float(), rtol=0, atol=1e-5)
+
+
+def head_calls(model, ids: torch.Tensor, mask: torch.Tensor, target: torch.Tensor, chunk_tokens: int) -> int:
+    """How many times token_logprobs calls the output head module (under ZeRO-3 each call is an all-gather)."""
+    calls = []
+    handle = model.get_output_embeddings().register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        token_logprobs(model, ids, mask, chunk_tokens=chunk_tokens, target_mask=target)
+    finally:
+        handle.remove()
+    return len(calls)
+
+
+def test_output_head_is_called_as_often_whatever_the_number_of_target_tokens(tiny_model) -> None:
+    ids, mask = left_padded_batch(tiny_model.config.vocab_size)
+    targets = {"none": torch.zeros_like(ids, dtype=torch.bool), "last row": (torch.arange(3)[:, None] == 2).expand_as(ids),
+               "all": torch.ones_like(ids, dtype=torch.bool)}  # 0, 4 and 58 target tokens: 0, 1 and 15 chunks of 4
+    counts = {name: head_calls(tiny_model, ids, mask, target, chunk_tokens=4) for name, target in targets.items()}
+    assert len(set(counts.values())) == 1, counts
+
+
+def rows_of_varied_lengths(vocab: int) -> list:
+    from memagent.rl.step import TrainRow
+
+    g = torch.Generator().manual_seed(3)
+    out = []
+    for i, (p, r) in enumerate([(30, 6), (5, 3), (18, 9), (7, 2), (25, 5), (9, 7), (12, 4), (4, 8)]):
+        ids = torch.randint(3, vocab, (p + r,), generator=g).tolist()
+        out.append(TrainRow(ids, p, [1] * r, advantage=float(i % 3) - 1.0))
+    return out
+
+
+def test_old_logprobs_equal_the_update_forward_bit_for_bit(tiny_model, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before any update the ratio is exactly 1 on every mini-batch: the old-log-prob pass packs each mini-batch's
+    micro-batches as the update does (a different padding changes float sums by ~1e-7)."""
+    from memagent.config import LossConfig
+    from memagent.rl import step
+
+    rows = rows_of_varied_lengths(tiny_model.config.vocab_size)
+    minis = step.split_mini_batches(rows, 2)
+    kw = dict(budget=120, pad_id=0, temperature=1.0, device=torch.device("cpu"))
+    counts = step.micro_batch_counts(minis, kw["budget"], lambda t: t.clone())
+    step.set_logprobs(tiny_model, minis, counts, "old_logprobs", **kw)
+    seen = []
+    real_loss = step.policy_loss
+    monkeypatch.setattr(step, "policy_loss", lambda logp, old, adv, m, **k: (
+        seen.append((logp.detach(), old, m)), real_loss(logp, old, adv, m, **k))[1])
+    for mini, count in zip(minis, counts):
+        n = sum(r.num_trained_tokens for r in mini)
+        step.accumulate_gradients(tiny_model, mini, LossConfig(), num_tokens=n, num_seqs=len(mini), world_size=1,
+                                  backward=lambda loss, last: None, num_micro=count, **kw)
+    assert sum(int(m.sum()) for _, _, m in seen) == sum(r.num_trained_tokens for r in rows)
+    for logp, old, m in seen:
+        assert torch.equal(logp[m], old[m]), float((logp[m] - old[m]).abs().max())
