@@ -73,6 +73,8 @@ class RolloutConfig:
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
     max_refill_rounds: int = 4
     """Extra rollout rounds to refill the batch; after them, a warning and a smaller batch."""
+    refill_oversample_cap: float = 4.0
+    """A refill rolls out up to this many times the missing questions, sized by the keep rate seen so far."""
     overlong_shaping: bool = True
     """DAPO soft overlong penalty on the answer length, added to the correctness reward (MemAgent: off)."""
     overlong_cache_tokens: int = 4
@@ -241,6 +243,7 @@ def validate(cfg: TrainConfig) -> None:
         (r.group_size >= 2, f"rollout.group_size={r.group_size}: a group baseline needs at least 2 rollouts"),
         (r.batch_size >= 1, f"rollout.batch_size={r.batch_size}: need at least 1 question per step"),
         (r.max_refill_rounds >= 0, "rollout.max_refill_rounds must be >= 0"),
+        (r.refill_oversample_cap >= 1, f"rollout.refill_oversample_cap={r.refill_oversample_cap} must be >= 1"),
         (r.max_batch_rows >= 0, f"rollout.max_batch_rows={r.max_batch_rows} must be >= 0 (0 = no cap)"),
         (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
          f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -78,32 +79,65 @@ class Collected:
     """Rollout rounds run (1 = no refill)."""
 
 
+def refill_size(need: int, kept: int, rolled: int, cap: float) -> int:
+    """Questions to roll out for `need` more informative groups, given `kept` of `rolled` so far.
+
+    With keep rate p, k questions give about k*p kept groups, binomial std sqrt(k p (1 - p)); the smallest k
+    with k*p - 2 std >= need makes one refill usually enough. Capped at cap * need (p near 0 would ask for
+    ever more); the first round (nothing rolled yet) asks for `need`.
+    """
+    if need <= 0 or rolled == 0:
+        return max(need, 0)
+    limit = max(need, math.ceil(cap * need))
+    p = kept / rolled
+    if p <= 0:
+        return limit
+    k = need
+    while k < limit and k * p - 2 * math.sqrt(k * p * (1 - p)) < need:
+        k += 1
+    return k
+
+
 def collect_groups(
     stream: QuestionStream, samples: list[Sample], quota: int, cfg: RolloutConfig, *,
     rollout: Callable[[list[Sample]], list[Trajectory]], max_over_ranks: Callable[[int], int],
     rank: int, world_size: int, answer_tokens: int,
 ) -> Collected:
-    """Dynamic sampling: fill `quota` groups on this rank with informative groups (all groups without it)."""
+    """Dynamic sampling: fill `quota` groups on this rank with informative groups (all groups without it).
+
+    Each round, every rank asks for its own refill size; all ranks take max-over-ranks x W questions from the
+    global stream (so the stream stays in step and generation, a collective under ZeRO-3, runs the same number
+    of rounds everywhere), and rank r rolls out its share, at most its own size. Trajectories are grouped by the
+    position of their question in the round BEFORE they are relabelled to positions in `questions`.
+    """
     kept: list[Trajectory] = []
     questions: list[Sample] = []
     generated: list[Trajectory] = []
-    rounds = 0
+    rounds = rolled_groups = kept_groups = 0
     while rounds <= cfg.max_refill_rounds:
         need = quota - len(questions)
-        k = max_over_ranks(need)
+        want = refill_size(need, kept_groups, rolled_groups, cfg.refill_oversample_cap) if cfg.dynamic_sampling \
+            else need
+        k = max_over_ranks(want)
         if k == 0:
             break
         rounds += 1
         # Every rank takes the same k * W questions from the global stream: rank r gets every W-th of them.
-        mine = [samples[i] for i in stream.take(k * world_size)[rank::world_size][:need]]
+        mine = [samples[i] for i in stream.take(k * world_size)[rank::world_size][:want]]
         trajs = rollout(mine)
         score(trajs, mine, cfg, answer_tokens)
         generated += trajs
         rewards = torch.tensor([t.extras["correct"] for t in trajs], dtype=torch.float64)
-        groups = torch.tensor([t.sample_index for t in trajs])
+        groups = torch.tensor([t.sample_index for t in trajs], dtype=torch.long)
         keep = keep_informative_groups(rewards, groups) if cfg.dynamic_sampling else torch.ones(len(trajs), dtype=torch.bool)
-        for q, sample in enumerate(mine):
-            members = [t for t, keep_t in zip(trajs, keep.tolist()) if t.sample_index == q and keep_t]
+        by_question: dict[int, list[Trajectory]] = {q: [] for q in range(len(mine))}
+        for traj, keep_t in zip(trajs, keep.tolist()):
+            if keep_t:
+                by_question[traj.sample_index].append(traj)
+        rolled_groups += len(mine)
+        kept_groups += sum(bool(m) for m in by_question.values())
+        for q, sample in enumerate(mine):  # relabel only after grouping by the round's own positions
+            members = by_question[q]
             if members and len(questions) < quota:
                 for t in members:
                     t.sample_index = len(questions)
