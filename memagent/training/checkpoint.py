@@ -9,8 +9,9 @@ A checkpoint is a directory `OUTPUT/checkpoints/step_NNNNNN/` holding
     rng_rank{R}.pt         python, numpy, torch (and CUDA) RNG states and the rollout torch.Generator of rank R
 Everything is written into `checkpoints/.tmp-step_NNNNNN/`, files fsynced, then the directory is renamed into place
 and its parent fsynced: a kill at any moment leaves the previous checkpoint intact (a rename is atomic on POSIX),
-and a half-written temp directory is never mistaken for a checkpoint. Older checkpoints beyond `keep` are deleted
-only after the new one is in place.
+and a half-written temp directory is never mistaken for a checkpoint. Re-saving an existing step moves the old copy to
+`.old-step_NNNNNN/` first and deletes it only after the new one is in place; a kill in between leaves the old copy,
+which `list_checkpoints` still finds. Older checkpoints beyond `keep` are deleted only after the new one is in place.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ import torch
 from memagent.training.backend import Backend
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
+ASIDE_DIR = re.compile(r"^\.old-step_(\d{6,})$")
+"""A complete checkpoint moved aside while the same step is re-saved; it counts until the new one is in place."""
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
@@ -40,8 +43,11 @@ def list_checkpoints(output_dir: str | Path) -> list[Path]:
     root = checkpoint_root(output_dir)
     if not root.is_dir():
         return []
-    found = [(int(m.group(1)), p) for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()]
-    return [p for _, p in sorted(found)]
+    found = {int(m.group(1)): p for p in root.iterdir() if (m := STEP_DIR.match(p.name)) and p.is_dir()}
+    for p in root.iterdir():  # a re-save killed between moving the old copy aside and installing the new one
+        if (m := ASIDE_DIR.match(p.name)) and p.is_dir():
+            found.setdefault(int(m.group(1)), p)
+    return [found[step] for step in sorted(found)]
 
 
 def resolve_resume(resume: str, output_dir: str | Path) -> Path | None:
@@ -120,10 +126,14 @@ def save_checkpoint(
     backend.barrier()
     if backend.rank == 0:
         _fsync_tree(tmp)
-        if final.exists():  # re-saving the same step (e.g. after a resume): replace it only once tmp is complete
-            shutil.rmtree(final)
+        aside = root / f".old-step_{step:06d}"
+        if final.exists():  # re-saving a step (e.g. after a resume): move the old copy aside, never delete it first
+            shutil.rmtree(aside, ignore_errors=True)
+            os.replace(final, aside)
+            _fsync_dir(root)
         os.replace(tmp, final)
         _fsync_dir(root)
+        shutil.rmtree(aside, ignore_errors=True)
         for old in list_checkpoints(output_dir)[:-keep]:
             shutil.rmtree(old)
     backend.barrier()
