@@ -1,8 +1,9 @@
-"""Named presets: `tiny` (the default, the embedded demo), `smoke` (tests, seconds) and `qwen2.5-7b` (paper scale).
+"""Named presets: `tiny` (the default, the embedded demo), `smoke` (tests, seconds), `qwen2.5-7b` (paper scale, DAPO
+recipe) and `memagent-release` (paper scale, MemAgent's released recipe).
 
 A preset is a nested dict of overrides on the dataclass defaults, so `--config FILE` and command-line flags apply on
 top of it with the same rules. qwen2.5-7b follows MemAgent's released 7B run (run_memory_7B.sh) except where DAPO
-is our contract (DESIGN.md): clip_high 0.28, dual clip 10, std-scaled advantages, dynamic sampling and overlong
+is our contract (docs/rl-math.md §5): clip_high 0.28, dual clip 10, std-scaled advantages, dynamic sampling and overlong
 shaping on, no KL.
 """
 
@@ -33,12 +34,32 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
         "rollout": {"batch_size": 128, "group_size": 16, "temperature": 1.0, "top_p": 1.0,
                     "overlong_cache_tokens": 256, "max_batch_rows": 256},
         "loss": {"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0, "agg": "token-mean"},
-        "optim": {"lr": 1e-6, "warmup_steps": 20, "weight_decay": 0.01, "grad_clip": 1.0, "mini_batches": 16,
+        # MemAgent's 20 warm-up steps are RL steps (verl counts those); ours count optimizer updates: 20 x 16.
+        "optim": {"lr": 1e-6, "warmup_steps": 320, "weight_decay": 0.01, "grad_clip": 1.0, "mini_batches": 16,
                   "micro_batch_tokens": 16384},
         "data": {"train_file": "data/hotpotqa_train.json", "eval_file": "data/eval_200.json", "train_chunks": 8, "num_train": 8192, "num_eval": 128,
                  "eval_chunk_factors": (1, 2, 4)},
         "warm_start": {"steps": 0, "pretrain_steps": 0},
         "eval": {"every": 10, "temperature": 0.7, "top_p": 0.95},
         "run": {"steps": 500, "output_dir": "runs/qwen2.5-7b", "save_every": 10, "trace_every": 10},
+    },
+    # MemAgent's released recipe exactly (run_memory_7B.sh) on the same scale: R - mean advantages, clip 0.2/0.2,
+    # dual clip 3, KL 0.001 low_var_kl, no dynamic sampling, no overlong shaping. An independent Qwen3-4B
+    # reproduction had loss spikes until it used exactly this.
+    "memagent-release": {
+        "model": {"path": "Qwen/Qwen2.5-7B-Instruct", "dtype": "auto", "gradient_checkpointing": True},
+        "workflow": {"chunk_tokens": 5000, "memory_tokens": 1024, "answer_tokens": 1024, "max_chunks": 8,
+                     "question_tokens": 1024},
+        "rollout": {"batch_size": 128, "group_size": 16, "temperature": 1.0, "top_p": 1.0, "max_batch_rows": 256,
+                    "dynamic_sampling": False, "overlong_shaping": False},
+        "loss": {"clip_low": 0.2, "clip_high": 0.2, "clip_c": 3.0, "agg": "token-mean", "scale_by_std": False,
+                 "kl_coef": 0.001, "kl_kind": "low_var_kl"},
+        "optim": {"lr": 1e-6, "warmup_steps": 320, "weight_decay": 0.01, "grad_clip": 1.0, "mini_batches": 16,
+                  "micro_batch_tokens": 16384},
+        "data": {"train_file": "data/hotpotqa_train.json", "eval_file": "data/eval_200.json", "train_chunks": 8,
+                 "num_train": 8192, "num_eval": 128, "eval_chunk_factors": (1, 2, 4)},
+        "warm_start": {"steps": 0, "pretrain_steps": 0},
+        "eval": {"every": 10, "temperature": 0.7, "top_p": 0.95},
+        "run": {"steps": 500, "output_dir": "runs/memagent-release", "save_every": 10, "trace_every": 10},
     },
 }
