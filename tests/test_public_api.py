@@ -1,4 +1,4 @@
-"""DESIGN.md's public API: every name exists with the documented keyword names and defaults."""
+"""The public API (docs/architecture.md): every name exists with the documented keyword names and defaults."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 r"""MemAgent's data filter: drop questions a model answers without the document.
 
-MemAgent (taskutils/memory_data/filter.py, filter2.py; memagent-spec.md §4) asks Qwen2.5-7B and -Instruct each
+MemAgent (taskutils/memory_data/filter.py, filter2.py; docs/workflow.md, Data) asks Qwen2.5-7B and -Instruct each
 question with no context, twice each, and drops it when any answer is right by the strict boxed verifier or by
 containing the gold answer, so that the training signal needs the document. Here one backend (any
 `memagent.rollout.llm.LLM`) gets `num_tries` copies of each question in one batched call; the caller picks the

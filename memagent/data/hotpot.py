@@ -6,7 +6,7 @@ by blank lines; that pool is a download. Here the facts are synthetic: "<person>
 person's document and "<city> is in <country>." in the city's, asked as the bridge question "Which country does
 <person> live in?". Distractor documents describe other people and cities with the same sentence shapes, and
 every name is fresh within a sample, so exactly one chain answers the question. When the city's document comes
-first, a chunked reader cannot yet know it matters: memory must keep candidates (tasks-and-metrics.md §4.6).
+first, a chunked reader cannot yet know it matters: memory must keep candidates.
 """
 
 from __future__ import annotations

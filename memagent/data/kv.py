@@ -1,6 +1,6 @@
 """Closed-vocabulary key-value tasks for the tiny demo: retrieval, last-write-wins, multi-value accumulation.
 
-A 64-hidden model with a 512-token vocabulary must learn these by RL (tasks-and-metrics.md §4), so everything is
+A 64-hidden model with a 512-token vocabulary must learn these by RL (docs/demo.md), so everything is
 small and fixed: a dozen filler words, `num_keys` three-letter key names, `value_digits`-digit values, one line
 shape per task and questions of a few words. Each probes one memory skill of MemAgent's overwrite loop:
 - kv_retrieval: one "The value of key K is V." line among filler; keep one fact across chunk boundaries.

@@ -1,7 +1,7 @@
 """Row <-> Sample conversion for the three on-disk formats, with field checks that name the bad field.
 
 - "eval": MemAgent's eval_{N}.json rows {context, input, answers, num_docs?, index}
-  (memory_eval/convert_to_eval.py; memagent-spec.md §4).
+  (memory_eval/convert_to_eval.py; docs/workflow.md, Data).
 - "ruler": MemAgent's RULER JSONL rows {index, input, context, outputs, length, answer_prefix?}: upstream RULER
   embeds the context in `input`; MemAgent's copy keeps it apart, and so do we.
 - "train": MemAgent's training rows (taskutils/memory_data/processing.py, verl's RL dataset layout)

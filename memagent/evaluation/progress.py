@@ -1,6 +1,6 @@
 """A progress bar for the entry points: tqdm when it is installed, else a one-line counter on stderr.
 
-tqdm is not a dependency (DESIGN.md), so the fallback keeps the same two calls (`update(n)`, `close()`).
+tqdm is not a dependency (README, Dependencies), so the fallback keeps the same two calls (`update(n)`, `close()`).
 The library itself never shows progress; only evaluate.py and bench scripts do.
 """
 

@@ -52,7 +52,7 @@ def group_stats(rewards: Tensor, group_ids: Tensor) -> tuple[Tensor, Tensor, Ten
     # Unbiased (Bessel) variance, as torch.std / verl; a size-1 group has no spread, so 0 instead of 0/0.
     var = torch.where(size > 1, sq / (size - 1).clamp(min=1), torch.zeros_like(sq))
     # Exact equality test on the raw values: a float mean of identical rewards can be off by one ulp, which
-    # std-normalization would blow up to a same-sign advantage for the whole group (rl-math.md §6).
+    # std-normalization would blow up to a same-sign advantage for the whole group (docs/rl-math.md §7).
     hi = torch.full((num_groups,), -torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, inverse, r, "amax")
     lo = torch.full((num_groups,), torch.inf, dtype=r.dtype, device=r.device).scatter_reduce(0, inverse, r, "amin")
     constant = (hi == lo)[inverse]

@@ -7,7 +7,7 @@ Per token (PPO clip, arXiv 1707.06347; clip-higher, DAPO arXiv 2503.14476 Sec. 3
 Aggregation over the valid tokens of ONE optimizer step (DAPO's token-level loss, Sec. 3.3): the normalizers
 num_tokens / num_seqs are counted over every micro-batch and every data-parallel rank before micro-batching, so
 summing the micro-batch gradients (and averaging ranks, with the loss scaled by the rank count) gives exactly the
-full-batch gradient (rl-math.md §2; verl issue #5625 is what happens otherwise).
+full-batch gradient (docs/rl-math.md §3; verl issue #5625 is what happens otherwise).
 
 What this leaves out: the KL and entropy terms (kl.py, entropy.py; aggregate them with `aggregate`), GSPO/CISPO
 ratios, and the optimizer step itself (step.py).

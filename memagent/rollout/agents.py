@@ -4,7 +4,7 @@ An agent `yield`s a `ChatRequest`, receives the backend's `Completion` through `
 an `AgentResult` (its conversations as token records, and its answer text). It never calls a model itself, so
 the same agent runs on the local engine or on an HTTP server, and `run_agents` (scheduler.py) can batch the
 pending requests of many agents into one backend call. This is MemAgent's "agent as a function"
-(`AsyncRAgent.rollout`, memagent-spec.md §6) without asyncio: a generator's suspension point plays the role of
+(MemAgent's `AsyncRAgent.rollout`) without asyncio: a generator's suspension point plays the role of
 `await`.
 
     def echo_agent(question):

@@ -3,7 +3,7 @@
 MemAgent chunks by token count with the policy's own tokenizer (`add_special_tokens=False`) at fixed offsets
 [k*C, (k+1)*C), so a chunk may cut a word; each chunk is decoded to text (special tokens skipped) and
 re-rendered inside the next prompt by the chat template, as MemAgent's async and eval modes do
-(memagent-spec.md §1). Training caps a document at `max_chunks * C` tokens by center truncation (first half +
+(docs/workflow.md). Training caps a document at `max_chunks * C` tokens by center truncation (first half +
 last half).
 
 Memory. A 3.5M-token document must not cost more than its token ids: a document is tokenized once into an
@@ -73,7 +73,7 @@ def center_truncate(ids: TokenIds, max_tokens: int) -> np.ndarray:
     """Keep the first max_tokens // 2 and the last max_tokens - max_tokens // 2 ids.
 
     ids: [T] -> [min(T, max_tokens)] int32. MemAgent's training truncation (verl `truncation='center'`,
-    memagent-spec.md §1): the middle of an over-long document is dropped. Ids already within the cap come back
+    docs/workflow.md): the middle of an over-long document is dropped. Ids already within the cap come back
     unchanged.
     """
     if max_tokens < 1:

@@ -1,6 +1,6 @@
 """MemAgent's two prompts, in our own wording, and the budgets of its workflow.
 
-The structure follows MemAgent (paper Table 1; memagent-spec.md §1): a memory-update prompt made of an
+The structure follows MemAgent (paper Table 1; docs/workflow.md): a memory-update prompt made of an
 instruction paragraph and the `<problem>`, `<memory>` and `<section>` blocks, ending with "Updated memory:";
 and a final prompt asking for the answer in \\boxed{} from the memory alone, with `<problem>` and `<memory>`
 blocks, ending with "Your answer:". Each prompt is sent as a single user message, so the tokenizer's chat
@@ -63,7 +63,7 @@ eval modes, not the doubled braces its sync trainer shows by accident)."""
 
 @dataclass(frozen=True)
 class MemoryConfig:
-    """Budgets of the MemAgent workflow, at the paper's scale by default (memagent-spec.md §1)."""
+    """Budgets of the MemAgent workflow, at the paper's scale by default (docs/workflow.md)."""
 
     chunk_tokens: int = 5000
     """Document tokens per chunk (policy tokenizer, no special tokens), at fixed offsets [k*C, (k+1)*C)."""

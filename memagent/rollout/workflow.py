@@ -1,7 +1,7 @@
 """The MemAgent workflow: read a document chunk by chunk, overwrite a fixed-budget memory, answer from it.
 
 memory_0 = "No previous memory"; for each chunk k, memory_k = LLM(problem, memory_{k-1}, chunk_k), which
-replaces the old memory; then answer = LLM(problem, memory_K) (paper Sec. 2; memagent-spec.md §1). Every call
+replaces the old memory; then answer = LLM(problem, memory_K) (paper Sec. 2; docs/workflow.md). Every call
 is a fresh single-turn chat, recorded as its own Conversation: kind MEMORY (chunk_index k, text = the memory
 after the step) for each chunk, then one ANSWER. All response tokens were sampled, so their mask is 1 (EOS
 included when produced).
@@ -94,7 +94,7 @@ def memagent_agent(
         completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=config.memory_tokens)
         if completion.error is not None:
             return AgentResult(conversations=conversations, answer="", error=completion.error)
-        memory = completion.text.strip()  # overwrite: the old memory is gone (memagent-spec.md §1)
+        memory = completion.text.strip()  # overwrite: the old memory is gone (docs/workflow.md)
         conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids))
 
     prompt = render_final_answer(problem, memory)

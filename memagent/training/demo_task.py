@@ -5,7 +5,7 @@ never straddles two chunks. One line is the needle "code {key} {value}." (key: o
 VALUES) in a random chunk; the rest are filler lines, plus `distractors` code lines with other keys per chunk (0 in
 the demo). Question: "What is code {key}?"; answer: the value. Keys and values come from small closed word lists
 that the tiny tokenizer learns as single tokens (`corpus`), so reading, keeping and answering are each a copy of
-one token (tasks-and-metrics.md §4). The memory must survive overwriting: after the needle's chunk, every later
+one token (docs/demo.md). The memory must survive overwriting: after the needle's chunk, every later
 chunk brings only fillers, and a memory update that does not copy the memory forward loses the answer.
 
 Oracle (the warm start's targets, exactly the conversations the workflow produces, same prompts): the memory after

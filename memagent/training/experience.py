@@ -3,7 +3,7 @@
 - QuestionStream: an endless stream of training-question indices, reshuffled every epoch from the seed; its
   position is the data state saved in checkpoints.
 - score: the strict verifier on each trajectory's final answer (1/0), plus DAPO's soft overlong penalty on the
-  answer length (rl-math.md §1.7); dynamic sampling filters on correctness, as DAPO's recipe (metric "acc").
+  answer length (docs/rl-math.md §4); dynamic sampling filters on correctness, as DAPO's recipe (metric "acc").
 - collect_groups: DAPO dynamic sampling (§1.8): roll out G per question, keep groups whose correctness varies,
   refill from the next questions until this rank's quota is full or `max_refill_rounds` extra rounds are spent.
   Every rank runs the same number of rounds (generation under ZeRO-3 gathers parameters collectively).

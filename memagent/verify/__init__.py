@@ -1,6 +1,6 @@
 r"""Answer verifiers: pure string functions from a model response and gold answers to a score.
 
-- Training reward (strict): `strict_reward`, the last `\boxed{...}` equals a gold exactly (DESIGN.md).
+- Training reward (strict): `strict_reward`, the last `\boxed{...}` equals a gold exactly (docs/workflow.md, Verifiers).
 - Evaluation (lenient): `normalize_answer`, `exact_match`, `f1_score`, `sub_exact_match` (HotpotQA / SQuAD
   rules) and `lenient_reward` (extract an answer, then sub-exact-match).
 - RULER: `string_match_all`, `string_match_part` per sample; batch means live in `memagent.verify.ruler`.

@@ -16,7 +16,7 @@ take the text after the last `"\boxed "` up to the next `$` instead. We keep the
    the last box is the answer, and a cut-off answer is no answer); or no argument in either form
    (`\boxed`, `\boxed$`, and also `\boxed7`, since the bare form needs the whitespace).
 
-We drop MemAgent's "last 300 characters" window: DESIGN.md's rule is the last box of the whole answer.
+We drop MemAgent's "last 300 characters" window: our rule (docs/workflow.md, Verifiers) is the last box of the whole answer.
 
 Every step is a single left-to-right regex scan whose patterns cannot backtrack (a literal alternation with
 a one-character look-ahead, a character class, a two-character escape token), so the cost is linear in the

@@ -1,4 +1,4 @@
-r"""The training reward: exact match of the last `\boxed{...}` against a gold answer (DESIGN.md, Verifiers).
+r"""The training reward: exact match of the last `\boxed{...}` against a gold answer (docs/workflow.md, Verifiers).
 
 Rule: take the last box of the response (`extract_boxed`), trim surrounding whitespace of it and of each gold,
 and score 1.0 if it equals any gold exactly, case-sensitively; else 0.0. No box scores 0.0.

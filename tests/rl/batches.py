@@ -65,7 +65,7 @@ def norm_len_for(agg: str) -> float | None:
 
 
 def token_weights(mask: torch.Tensor, agg: str, norm_len: float | None = None) -> torch.Tensor:
-    """[B, T] weight w of each token's loss in the aggregated loss (rl-math.md §1.4), from the mask alone."""
+    """[B, T] weight w of each token's loss in the aggregated loss (docs/rl-math.md §3), from the mask alone."""
     valid = mask != 0
     lengths = valid.sum(-1, keepdim=True).double()
     n = valid.sum().double()

@@ -1,4 +1,4 @@
-"""Slow, obvious references: Python loops over the formulas of rl-math.md §1, one row and one token at a time.
+"""Slow, obvious references: Python loops over the formulas of docs/rl-math.md §1-4, one row and one token at a time.
 
 They use plain floats and `math`, no tensor ops and no autograd, so agreeing with them checks the vectorized
 code (and its autograd gradient) against an independent derivation: the gradient here is written by hand as

@@ -1,4 +1,4 @@
-"""Micro-batch and data-parallel additivity: rl-math.md §5 property groups 18 and 19.
+"""Micro-batch and data-parallel additivity: docs/rl-math.md §6 properties 18 and 19.
 
 A simulated optimizer step: the rows are split into micro-batches, the micro-batches are dealt to R ranks, each
 rank backprops R * (its micro-batch losses, normalized by the GLOBAL counts), and DDP averages the rank gradients.
@@ -129,7 +129,7 @@ def test_zero_variance_group_contributes_no_gradient_but_counts_in_normalizer(ba
     constant = group_ids == 1
     assert bool((grad[constant] == 0).all())
     # The informative rows alone, with the full step's counts, give the same gradient; with their own counts they
-    # do not (the constant group dilutes N and B, rl-math.md §6): that dilution is what dynamic sampling removes.
+    # do not (the constant group dilutes N and B, docs/rl-math.md §7): that dilution is what dynamic sampling removes.
     keep = ~constant
     sub = Batch(batch.logp[keep], batch.old_logp[keep], adv[keep], batch.mask[keep])
     n_tok, n_seq = batch.mask.sum(), float(rows)

@@ -1,4 +1,4 @@
-"""Group advantages: rl-math.md §5 property groups 1-7 (shift, scale, centering, binary form, order, zeros)."""
+"""Group advantages: docs/rl-math.md §6 properties 1-7 (shift, scale, centering, binary form, order, zeros)."""
 
 from __future__ import annotations
 
@@ -133,7 +133,7 @@ def test_constant_groups_give_exact_zero(value, size, scale_by_std, dtype):
 
 @pytest.mark.parametrize("scale_by_std", [True, False])
 def test_constant_float32_group_of_2_2_gives_exact_zero(scale_by_std):
-    # The pitfall of rl-math.md §6: a float32 mean of 16 copies of 2.2 is one ulp off.
+    # The pitfall of docs/rl-math.md §7: a float32 mean of 16 copies of 2.2 is one ulp off.
     r = torch.full((16,), 2.2, dtype=torch.float32)
     running = torch.zeros((), dtype=torch.float32)
     for x in r:

@@ -1,4 +1,4 @@
-"""Entropy from logits: rl-math.md §5 property group 22."""
+"""Entropy from logits: docs/rl-math.md §6 property 22."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""KL estimators: rl-math.md §5 property groups 20-21."""
+"""KL estimators: docs/rl-math.md §6 properties 20-21."""
 
 from __future__ import annotations
 

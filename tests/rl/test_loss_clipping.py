@@ -1,4 +1,4 @@
-"""Clipped surrogate: rl-math.md §5 property groups 9-13 (piecewise value, zero-gradient regions, bounds, TRL delta,
+"""Clipped surrogate: docs/rl-math.md §6 properties 9-13 (piecewise value, zero-gradient regions, bounds, TRL delta,
 metrics)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Masking and aggregation: rl-math.md §5 property groups 15-17 (mask isolation, padding, mode identities)."""
+"""Masking and aggregation: docs/rl-math.md §6 properties 15-17 (mask isolation, padding, mode identities)."""
 
 from __future__ import annotations
 

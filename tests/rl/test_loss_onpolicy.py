@@ -1,4 +1,4 @@
-"""On-policy gradient and the role of A: rl-math.md §5 property groups 8 and 14 (and 13's on-policy zeros)."""
+"""On-policy gradient and the role of A: docs/rl-math.md §6 properties 8 and 14 (and 13's on-policy zeros)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Multi-conversation trajectories (MemAgent's Multi-Conv): rl-math.md §5 property group 25.
+"""Multi-conversation trajectories (MemAgent's Multi-Conv): docs/rl-math.md §6 property 25.
 
 One reward per trajectory, one group advantage per trajectory, copied to each of its K_i conversation rows.
 """
@@ -58,7 +58,7 @@ def test_advantage_invariant_to_splitting_a_trajectory_into_more_rows(data, more
 
 
 def test_per_row_grpo_with_repeated_group_ids_differs_from_per_trajectory():
-    # The pitfall of rl-math.md §3: normalizing over rows weights mean and std by K_i.
+    # The pitfall of docs/rl-math.md §1: normalizing over rows weights mean and std by K_i.
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=torch.float64)
     group_ids = torch.zeros(4, dtype=torch.long)
     index = torch.tensor([0, 0, 0, 1, 2, 3])  # the correct trajectory has 3 conversations

@@ -1,4 +1,4 @@
-"""DAPO overlong shaping and the dynamic-sampling filter: rl-math.md §5 property groups 23-24."""
+"""DAPO overlong shaping and the dynamic-sampling filter: docs/rl-math.md §6 properties 23-24."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Micro-batch token budgets and (simulated, in-process) data-parallel ranks only change how the sum is computed:
 the global normalizer is counted before the micro-batch loop and each rank's loss is scaled by the world size, so
-averaging the ranks' gradients (what DDP / DeepSpeed do) gives the single-process gradient (rl-math.md §2).
+averaging the ranks' gradients (what DDP / DeepSpeed do) gives the single-process gradient (docs/rl-math.md §3).
 """
 
 from __future__ import annotations

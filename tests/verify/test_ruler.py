@@ -7,7 +7,7 @@ import pytest
 from memagent.verify import string_match_all, string_match_part
 from memagent.verify.ruler import string_match_all_batch, string_match_part_batch
 
-# The worked example of docs/tasks-and-metrics.md §1 Metrics.
+# A worked example of RULER's string_match_all / string_match_part definitions.
 EXAMPLE_PREDS = ["The values are 1234567 and 7654321.", "nothing"]
 EXAMPLE_REFS = [["1234567", "7654321", "1111111"], ["abc"]]
 

@@ -1,4 +1,4 @@
-r"""strict_reward: exact, case-sensitive match of the trimmed last box against a trimmed gold (DESIGN.md)."""
+r"""strict_reward: exact, case-sensitive match of the trimmed last box against a trimmed gold (docs/workflow.md, Verifiers)."""
 
 from collections.abc import Sequence
 
