@@ -111,3 +111,30 @@ def test_config_file_overrides_and_unknown_keys_are_named(tmp_path: Path) -> Non
     bad.write_text(json.dumps({"loss": {"clip_hihg": 0.3}}))
     with pytest.raises(ValueError, match="loss.clip_hihg"):
         load_config(["--config", str(bad)])
+
+
+def test_dynamic_sampling_with_refills_trains_whole_groups_of_distinct_trajectories(
+        tmp_path: Path, model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The path the smoke preset leaves off: dynamic sampling on, refill rounds, several mini-batches. Every group
+    handed to the advantage step holds exactly G distinct trajectories of one question."""
+    seen: list[list] = []
+    real = experience.to_rows
+
+    def spy(kept, **kw):
+        seen.append(list(kept))
+        return real(kept, **kw)
+
+    monkeypatch.setattr(train, "to_rows", spy)
+    # Two questions in three score 0 whatever the answer (uninformative groups), so refill rounds happen.
+    monkeypatch.setattr(experience, "strict_reward",
+                        lambda response, golds: float(len(response) % 2) if sum(map(ord, golds[0])) % 3 == 0 else 0.0)
+    metrics = smoke(tmp_path / "out", model_dir, "--rollout.dynamic-sampling", "true", "--rollout.max-refill-rounds",
+                    "3", "--rollout.batch-size", "4", "--optim.mini-batches", "2", "--run.steps", "4")
+    assert metrics["rollout/rounds"] >= 2
+    for kept in seen:
+        assert len({id(t) for t in kept}) == len(kept)
+        groups: dict[int, list] = {}
+        for t in kept:
+            groups.setdefault(t.sample_index, []).append(t)
+        assert sorted(groups) == list(range(len(groups))) and len(groups) <= 4
+        assert all(len(members) == 4 for members in groups.values())
