@@ -1,11 +1,10 @@
 """Data: offline synthetic long-context tasks (RULER families, a HotpotQA-like bridge task, the tiny demo's
-key-value tasks), MemAgent / RULER file formats, and MemAgent's closed-book data filter.
+key-value tasks), MemAgent / RULER file formats (MemAgent's closed-book filter is memagent.evaluation.closed_book).
 
 Every generator returns `Sample`s whose contexts hit a target length in tokens of the given tokenizer (within
 2%), seeded and reproducible; `TASKS` maps task names to generators and `make_task` calls one by name.
 """
 
-from memagent.data.filter import filter_answerable_without_context
 from memagent.data.formats import read_samples, write_samples
 from memagent.data.hotpot import generate_hotpotqa_synth
 from memagent.data.kv import generate_kv_last_write, generate_kv_multi_value, generate_kv_retrieval
@@ -31,7 +30,6 @@ __all__ = [
     "TASKS",
     "Sample",
     "TokenCounter",
-    "filter_answerable_without_context",
     "generate_cwe",
     "generate_fwe",
     "generate_hotpotqa_synth",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from memagent.data import Sample, filter_answerable_without_context
+from memagent.data import Sample
+from memagent.evaluation.closed_book import filter_answerable_without_context
 from memagent.rollout import ChatRequest, Completion, LocalLLM, SamplingParams
 
 
@@ -67,9 +68,9 @@ def test_unknown_judge_is_refused():
         filter_answerable_without_context(_samples(), FixedAnswerLLM(""), judge="loose")
 
 
-def test_a_random_tiny_model_answers_nothing_so_everything_is_kept(tiny_model, tokenizer):
+def test_a_random_tiny_model_answers_nothing_so_everything_is_kept(tiny_model, tiny_tokenizer):
     """End to end on the real local backend: the untrained tiny model cannot know 7-digit magic numbers."""
-    llm = LocalLLM(tiny_model, tokenizer, params=SamplingParams(), generator=torch.Generator().manual_seed(0))
+    llm = LocalLLM(tiny_model, tiny_tokenizer, params=SamplingParams(), generator=torch.Generator().manual_seed(0))
     samples = [
         Sample("x", f"What is the special magic number for key {i}?", [f"{4821937 + i}"], index=i)
         for i in range(3)

@@ -1,4 +1,6 @@
-r"""MemAgent's data filter: drop questions a model answers without the document.
+r"""MemAgent's closed-book data filter: drop questions a model answers without the document.
+
+It runs a model, so it sits with evaluation, above the rollout layer (memagent.data only generates and reads data).
 
 MemAgent (taskutils/memory_data/filter.py, filter2.py; docs/workflow.md, Data) asks Qwen2.5-7B and -Instruct each
 question with no context, twice each, and drops it when any answer is right by the strict boxed verifier or by
@@ -10,13 +12,11 @@ model and its sampling settings (MemAgent: temperature 1.0, top_p 0.7, 512 new t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from memagent.data.records import Sample
-
-if TYPE_CHECKING:
-    from memagent.rollout.llm import LLM
-    from memagent.rollout.records import ChatRequest
+from memagent.rollout.llm import LLM
+from memagent.rollout.records import ChatRequest
+from memagent.verify import strict_reward
 
 JUDGES = ("strict", "substring", "both")
 BOXED_INSTRUCTION = "Put your final answer in \\boxed{}."
@@ -24,15 +24,12 @@ BOXED_INSTRUCTION = "Put your final answer in \\boxed{}."
 
 def closed_book_request(question: str, max_new_tokens: int) -> ChatRequest:
     """The question alone, with MemAgent's request for a boxed answer."""
-    from memagent.rollout.records import ChatRequest  # imported here: `import memagent.data` stays torch-free
-
     return ChatRequest(({"role": "user", "content": f"{question}\n\n{BOXED_INSTRUCTION}"},), max_new_tokens)
 
 
 def is_correct(response: str, answers: Sequence[str], judge: str) -> bool:
     """Whether `response` answers correctly: "strict" (last \boxed{} equals a gold, memagent.verify),
     "substring" (a gold appears in it, case-insensitively) or "both" (either one, MemAgent's rule)."""
-    from memagent.verify import strict_reward  # imported here: the data layer must load without the verifier
 
     strict = judge in ("strict", "both") and strict_reward(response, list(answers)) == 1.0
     lowered = response.lower()
