@@ -1,0 +1,140 @@
+"""The batching engine behind the HTTP server: a queue, one worker thread, shared generate calls, failure isolation.
+
+Each HTTP request runs on its own thread and parks in a queue; the worker takes everything pending (up to
+`max_batch`), groups it by sampling settings and seed, and answers each group with ONE `LocalLLM.complete` call.
+Requests are validated before they get here (memagent.server.requests); if a group still fails, it is retried one
+request at a time, so only the request that fails on its own gets an error and the others get their completions.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass, field
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from memagent.rollout.llm import LocalLLM
+from memagent.rollout.records import ChatRequest, Completion
+from memagent.rollout.sampling import SamplingParams
+
+
+class RequestTimeout(Exception):
+    """The request did not finish within the engine's per-request timeout."""
+
+
+def complete_isolated(llm: LocalLLM, requests: list[ChatRequest]) -> list[Completion | Exception]:
+    """One completion per request from one batched call; if the batch raises, each request alone.
+
+    Returns the exception in the place of a request that fails by itself; under greedy sampling the others are
+    exactly what the batch would have given them.
+    """
+    try:
+        return list(llm.complete(requests))
+    except Exception:  # noqa: BLE001 (any failure: fall back to isolating the request that causes it)
+        if len(requests) == 1:
+            raise
+    results: list[Completion | Exception] = []
+    for request in requests:
+        try:
+            results.append(llm.complete([request])[0])
+        except Exception as e:  # noqa: BLE001 (reported to that one client as a 500)
+            results.append(e)
+    return results
+
+
+@dataclass
+class _Pending:
+    """One request waiting for the worker; the HTTP thread blocks on `done`."""
+
+    request: ChatRequest
+    params: SamplingParams
+    seed: int | None
+    done: threading.Event = field(default_factory=threading.Event)
+    completion: Completion | None = None
+    error: str | None = None
+    abandoned: bool = False
+    """Set when the client's wait timed out: the worker skips it if it has not started yet."""
+
+
+class BatchingEngine:
+    """A queue and one worker thread that drains pending requests into shared `complete()` calls."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, *, max_batch: int = 32,
+                 seed: int = 0, timeout_s: float | None = None) -> None:
+        if max_batch < 1:
+            raise ValueError(f"BatchingEngine: max_batch must be >= 1, got {max_batch}")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"BatchingEngine: timeout_s must be > 0 or None (no limit), got {timeout_s}")
+        self.model, self.tokenizer, self.max_batch, self.timeout_s = model, tokenizer, max_batch, timeout_s
+        self.device = next(model.parameters()).device
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.batches: list[int] = []
+        """Size of every batch the worker ran, in order (for tests and logs)."""
+        self._queue: queue.Queue[_Pending | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._run, name="memagent-serve-worker", daemon=True)
+        self._worker.start()
+
+    @property
+    def window(self) -> int | None:
+        """The model's context window in tokens (config max_position_embeddings), None when unknown."""
+        return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
+    def submit(self, request: ChatRequest, params: SamplingParams, seed: int | None) -> Completion:
+        """Queue one request and wait for its completion.
+
+        Raises RequestTimeout after `timeout_s`, RuntimeError if generating this request failed.
+        """
+        pending = _Pending(request, params, seed)
+        self._queue.put(pending)
+        if not pending.done.wait(self.timeout_s):
+            pending.abandoned = True
+            raise RequestTimeout(f"the request did not finish within {self.timeout_s:g} s")
+        if pending.error is not None:
+            raise RuntimeError(pending.error)
+        assert pending.completion is not None
+        return pending.completion
+
+    def close(self) -> None:
+        """Stop the worker after the requests already queued."""
+        self._queue.put(None)
+        self._worker.join()
+
+    def _run(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < self.max_batch:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:  # close() arrived: finish this batch, then stop
+                    self._queue.put(None)
+                    break
+                batch.append(item)
+            groups: dict[tuple[SamplingParams, int | None], list[_Pending]] = {}
+            for item in batch:
+                if not item.abandoned:
+                    groups.setdefault((item.params, item.seed), []).append(item)
+            for (params, seed), group in groups.items():
+                self._complete_group(params, seed, group)
+
+    def _complete_group(self, params: SamplingParams, seed: int | None, group: list[_Pending]) -> None:
+        generator = self.generator if seed is None else torch.Generator(device=self.device).manual_seed(seed)
+        llm = LocalLLM(self.model, self.tokenizer, params=params, generator=generator)
+        self.batches.append(len(group))
+        try:
+            results = complete_isolated(llm, [item.request for item in group])
+        # The worker must outlive anything: report the error to the waiting client instead of leaving it blocked.
+        except Exception as e:  # noqa: BLE001
+            results = [e]
+        for item, result in zip(group, results):
+            if isinstance(result, Exception):
+                item.error = f"{type(result).__name__}: {result}"
+            else:
+                item.completion = result
+            item.done.set()
