@@ -51,6 +51,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.request_timeout <= 0:
         p.error(f"--request-timeout must be > 0, got {args.request_timeout}")
+    args.api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
+    if args.api_key is None and args.host not in LOOPBACK:
+        print(f"warning: serving on {args.host} without an API key: anyone who can reach this port can run the "
+              f"model; pass --api-key KEY or set {API_KEY_ENV}", file=sys.stderr, flush=True)
     if not Path(args.model).is_dir():
         p.error(f"--model {args.model}: no such directory")
     return args
@@ -60,16 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     from memagent.model import load_model, load_tokenizer  # after parsing: --help and flag errors stay fast
 
-    api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
-    if api_key is None and args.host not in LOOPBACK:
-        print(f"warning: serving on {args.host} without an API key: anyone who can reach this port can run the "
-              f"model; pass --api-key KEY or set {API_KEY_ENV}", file=sys.stderr, flush=True)
     model = load_model(args.model, dtype=args.dtype, device=args.device).eval()
     tokenizer = load_tokenizer(args.model)
     engine = BatchingEngine(model, tokenizer, max_batch=args.max_batch, seed=args.seed,
                             timeout_s=args.request_timeout)
     server = ChatServer(engine, host=args.host, port=args.port, model_name=args.name or Path(args.model).name,
-                        default_max_tokens=args.default_max_tokens, verbose=args.verbose, api_key=api_key,
+                        default_max_tokens=args.default_max_tokens, verbose=args.verbose, api_key=args.api_key,
                         max_body_bytes=args.max_body_bytes)
 
     def stop_gracefully() -> None:

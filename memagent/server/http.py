@@ -13,8 +13,8 @@ import json
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from memagent.rollout.records import Completion
@@ -97,6 +97,11 @@ class ChatServer(ThreadingHTTPServer):
             return True
         scheme, _, token = (header or "").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode("utf-8"), self.api_key)
+
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered now."""
+        return self._in_flight
 
     def enter(self) -> bool:
         """Count a request in flight; False (do not serve it) while draining."""

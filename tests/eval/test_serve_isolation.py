@@ -56,3 +56,60 @@ def test_lone_surrogate_request_fails_alone_among_concurrent_good_requests(serve
     assert [body["choices"][0]["message"]["content"] for _, body in replies] == [c.text for c in local]
     assert bad_status == 400
     assert bad_body["error"]["param"] == "messages[0].content"
+
+
+def test_batch_that_fails_is_retried_per_request_so_only_the_bad_one_errs(tiny_model, tiny_tokenizer):
+    from memagent.server import complete_isolated
+
+    good = [ChatRequest(user_message(f"question {i}"), max_new_tokens=5) for i in range(4)]
+    unvalidated = ChatRequest(user_message("broken \udcff text"), max_new_tokens=5)  # what validation stops
+    llm = LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY)
+    results = complete_isolated(llm, [*good[:2], unvalidated, *good[2:]])
+    assert isinstance(results.pop(2), Exception)
+    assert [r.text for r in results] == [c.text for c in llm.complete(good)]
+
+
+@pytest.mark.parametrize(("body", "param"), [
+    ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages[0].role"),
+    ({"messages": [{"role": "user", "content": "ok"}, {"role": "user", "content": 3}]}, "messages[1].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": True}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2.5}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": -1}, "max_tokens"),
+    ({"messages": [{"role": "user", "content": "hi"}], "temperature": "hot"}, "temperature"),
+    ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, "temperature"),
+    ({"messages": [{"role": "user", "content": "hi"}], "top_p": 0}, "top_p"),
+    ({"messages": [{"role": "user", "content": "hi"}], "seed": 2**70}, "seed"),
+    ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, "n"),
+    ({"messages": []}, "messages"),
+])
+def test_bad_field_gets_400_naming_it_in_an_openai_error_body(server, body, param):
+    status, reply = post(server.url, body)
+    assert status == 400
+    assert reply["error"]["param"] == param
+    assert reply["error"]["type"] == "invalid_request_error"
+    assert set(reply["error"]) == {"message", "type", "param", "code"}
+
+
+def test_huge_max_tokens_is_clamped_to_the_room_left_in_the_window(tiny_model, tiny_tokenizer):
+    srv = ChatServer(BatchingEngine(tiny_model, tiny_tokenizer), port=0, window=64)
+    srv.start_in_thread()
+    try:
+        status, reply = post(srv.url, chat("hello", 10**9))
+        assert status == 200
+        usage = reply["usage"]
+        assert usage["total_tokens"] <= 64
+        assert usage["prompt_tokens"] + usage["completion_tokens"] == usage["total_tokens"]
+        status, reply = post(srv.url, chat("word " * 200))
+        assert status == 400 and reply["error"]["code"] == "context_length_exceeded"
+    finally:
+        srv.close()
+
+
+def test_malformed_bodies_keep_getting_clean_400s(server):
+    for data in (b"", b"{not json", b"[1, 2]", b"\xff\xfe"):
+        req = urllib.request.Request(server.url + "/chat/completions", data=data)
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(req, timeout=30)
+        assert err.value.code == 400
+        assert json.loads(err.value.read())["error"]["type"] == "invalid_request_error"
