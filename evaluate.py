@@ -226,4 +226,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from memagent.cli import run_cli
+
+    run_cli(main, on_interrupt=lambda argv: f"finished samples are kept in {parse_args(argv).output_dir}"
+            "/traces.jsonl; rerun the same command to resume")

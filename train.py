@@ -169,4 +169,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    from memagent.cli import run_cli
+
+    def resume_hint(argv: list[str]) -> str:
+        resume = [] if "--resume" in argv else ["--resume", "latest"]
+        return (f"checkpoints are in {load_config(argv).run.output_dir}; continue from the latest with: "
+                f"python train.py {' '.join([*argv, *resume])}")
+
+    run_cli(main, on_interrupt=resume_hint)

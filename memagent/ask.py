@@ -117,4 +117,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from memagent.cli import run_cli
+
+    run_cli(main)

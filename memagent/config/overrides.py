@@ -40,7 +40,7 @@ def sections() -> dict[str, type]:
 
 
 def parse_value(text: str, kind: Any, key: str) -> Any:
-    """Turn a command-line string into a value of the field's type (bool: true/false, None: none, tuples: a,b)."""
+    """Turn a string into a value of the field's type (bool: true/false, None: none, tuples: a,b); `key` names it in errors."""
     args = typing.get_args(kind)
     if type(None) in args:
         if text.lower() in ("none", "null", ""):
@@ -48,14 +48,14 @@ def parse_value(text: str, kind: Any, key: str) -> Any:
         kind = next(a for a in args if a is not type(None))
     if kind is bool:
         if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-            raise ValueError(f"--{key}: expected true or false, got {text!r}")
+            raise ValueError(f"{key}: expected true or false, got {text!r}")
         return text.lower() in ("true", "1", "yes")
     if typing.get_origin(kind) is tuple:
         return tuple(parse_value(t, typing.get_args(kind)[0], key) for t in text.split(",") if t)
     try:
         return kind(text)
     except ValueError as err:
-        raise ValueError(f"--{key}: expected {kind.__name__}, got {text!r}") from err
+        raise ValueError(f"{key}: expected {kind.__name__}, got {text!r}") from err
 
 
 def merge(base: Overrides, extra: dict[str, Any], origin: str) -> Overrides:
@@ -83,9 +83,15 @@ def read_config_file(path: str) -> dict[str, Any]:
     if file.suffix in (".yaml", ".yml"):
         import yaml
 
-        data = yaml.safe_load(file.read_text()) or {}
+        try:
+            data = yaml.safe_load(file.read_text()) or {}
+        except yaml.YAMLError as err:  # its message carries the line and column
+            raise ValueError(f"--config {path}: not valid YAML: {err}") from err
     else:
-        data = json.loads(file.read_text())
+        try:
+            data = json.loads(file.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"--config {path}: line {err.lineno} column {err.colno}: {err.msg}") from err
     if not isinstance(data, dict):
         raise ValueError(f"--config {path}: expected a mapping of sections at the top level")
     return data
@@ -121,11 +127,14 @@ def load_config(argv: list[str] | None = None) -> TrainConfig:
     overrides = merge({}, PRESETS[preset], f"preset {preset}")
     overrides = merge(overrides, file_data, f"--config {args.config}")
     hints = {name: typing.get_type_hints(cls) for name, cls in sections().items()}
+    for name, values in file_data.items():  # type-check the file's values here, where the error can name the file
+        for key in values:
+            coerce(overrides[name][key], hints[name][key], f"--config {args.config}: {name}.{key}")
     flags: dict[str, dict[str, Any]] = {}
     for dest, text in vars(args).items():
         if "." in dest and text is not None:
             name, key = dest.split(".")
-            flags.setdefault(name, {})[key] = parse_value(text, hints[name][key], dest.replace("_", "-"))
+            flags.setdefault(name, {})[key] = parse_value(text, hints[name][key], "--" + dest.replace("_", "-"))
     for key in ("output_dir", "deepspeed", "resume"):
         if getattr(args, f"shortcut_{key}") is not None:
             flags.setdefault("run", {})[key] = getattr(args, f"shortcut_{key}")

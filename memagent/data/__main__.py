@@ -65,4 +65,6 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from memagent.cli import run_cli
+
+    run_cli(main, on_interrupt=lambda argv: "nothing was written; rerun the command")

@@ -13,6 +13,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import pytest
+
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.prompts import user_message
 from memagent.rollout.records import ChatRequest
@@ -124,6 +126,7 @@ def test_request_past_the_timeout_gets_504_and_the_server_keeps_serving(tiny_mod
         srv.close()
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch
 def test_sigterm_stops_the_server_cleanly_and_the_key_comes_from_the_environment(tiny_model_dir):
     env = os.environ | {"MEMAGENT_API_KEY": KEY}
     proc = subprocess.Popen([sys.executable, "-m", "memagent.serve", "--model", str(tiny_model_dir), "--port", "0"],
