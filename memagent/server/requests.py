@@ -1,7 +1,7 @@
 """Validation of chat-completion bodies: everything a client can get wrong is refused here, before batching.
 
 A body that passes `parse_chat_body` renders with the chat template, fits the model window and has sane sampling
-settings, so it cannot fail the generate batch it joins on the client's account (docs/evaluation.md, serving).
+settings, so it cannot fail the generate batch it joins on the client's account (docs/evaluation.md, "Online models and memagent.serve").
 """
 
 from __future__ import annotations
@@ -49,8 +49,6 @@ class ParsedChat:
     """Temperature and top_p."""
     seed: int | None
     """Per-request generator seed, or None for the server's shared generator."""
-    prompt_tokens: int
-    """Length of the rendered prompt."""
 
 
 def allowed_roles(tokenizer: PreTrainedTokenizerBase) -> tuple[str, ...]:
@@ -137,4 +135,4 @@ def parse_chat_body(body: Any, tokenizer: PreTrainedTokenizerBase, *, window: in
         raise bad(f"the prompt is {len(prompt)} tokens; the model window is {window}, leaving no room to answer",
                   "messages", "context_length_exceeded")
     request = ChatRequest(messages=messages, max_new_tokens=min(max_tokens, room))
-    return ParsedChat(request, params, seed, len(prompt))
+    return ParsedChat(request, params, seed)
