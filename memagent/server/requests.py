@@ -1,7 +1,8 @@
 """Validation of chat-completion bodies: everything a client can get wrong is refused here, before batching.
 
 A body that passes `parse_chat_body` renders with the chat template, fits the model window and has sane sampling
-settings, so it cannot fail the generate batch it joins on the client's account (docs/evaluation.md, "Online models and memagent.serve").
+settings, so it cannot fail the generate batch it joins on the client's account (docs/evaluation.md, "Online models
+and memagent.serve").
 """
 
 from __future__ import annotations
