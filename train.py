@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from memagent.config import load_config
+from memagent.model.precision import autocast
 from memagent.rl.step import accumulate_gradients, global_counts, micro_batch_counts, set_logprobs, split_mini_batches
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.records import Trajectory
@@ -113,7 +114,7 @@ def evaluate(run: Run) -> dict[str, float]:
     """Held-out strict accuracy at every evaluation length."""
     e = run.cfg.eval
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p)
-    with run.backend.generation() as model:
+    with run.backend.generation() as model, autocast(run.device, run.autocast_dtype):
         return {f"eval/accuracy_{name}": heldout_accuracy(
             model, run.tokenizer, samples, run.memory, params, rank=run.backend.rank,
             world_size=run.backend.world_size, all_reduce_sum=run.backend.all_reduce_sum, generator=run.generator)
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     start = int(state.get("step", 0))
     metrics: dict[str, float] = {}
     for step in range(start + 1, cfg.run.steps + 1):
-        metrics, kept, questions = rl_step(run, stream)
+        with autocast(run.device, run.autocast_dtype):  # bf16 forwards over fp32 weights (model.autocast)
+            metrics, kept, questions = rl_step(run, stream)
         if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
             metrics.update(evaluate(run))
         logger.log(step, metrics)

@@ -30,7 +30,9 @@ class ModelConfig:
     tiny_vocab_size: int = 512
     """Tiny model: tokenizer and embedding size."""
     dtype: str = "auto"
-    """Training dtype: auto (bf16 on a CUDA device that supports it, else float32), float32, bfloat16."""
+    """Parameter storage: auto (float32; bf16 under DeepSpeed on a bf16 GPU: it keeps fp32 masters), float32, bfloat16."""
+    autocast: str = "auto"
+    """bf16 autocast of the forward passes over fp32 weights: auto (on GPUs and CPUs with native bf16), bfloat16, off."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (saves memory at paper scale)."""
 
@@ -69,6 +71,10 @@ class RolloutConfig:
     """Rollout top-k (0 = off)."""
     max_batch_rows: int = 0
     """Cap on prompts per generate call (bounds KV-cache memory; 0 = all pending requests in one call)."""
+    kv_cache_budget_gb: float = 0.0
+    """GiB of KV cache (and prefill activations) one generate call may use; rows per call follow from it (0 = off)."""
+    prefill_chunk_tokens: int = 4096
+    """Prompts are prefilled through the KV cache in slices of this many positions (0 = one forward)."""
     dynamic_sampling: bool = True
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
     max_refill_rounds: int = 4
@@ -114,7 +120,7 @@ class OptimConfig:
     lr: float = 3e-4
     """Peak learning rate (MemAgent: 1e-6)."""
     warmup_steps: int = 2
-    """Optimizer updates of linear warm-up from 0, then constant (MemAgent: 20)."""
+    """Optimizer updates (not RL steps) of linear warm-up from 0, then constant (MemAgent: 20 RL steps = 20 x mini_batches)."""
     weight_decay: float = 0.0
     """AdamW decoupled weight decay (MemAgent: 0.01)."""
     beta1: float = 0.9
@@ -245,6 +251,8 @@ def validate(cfg: TrainConfig) -> None:
         (r.max_refill_rounds >= 0, "rollout.max_refill_rounds must be >= 0"),
         (r.refill_oversample_cap >= 1, f"rollout.refill_oversample_cap={r.refill_oversample_cap} must be >= 1"),
         (r.max_batch_rows >= 0, f"rollout.max_batch_rows={r.max_batch_rows} must be >= 0 (0 = no cap)"),
+        (r.kv_cache_budget_gb >= 0, f"rollout.kv_cache_budget_gb={r.kv_cache_budget_gb} must be >= 0 (0 = off)"),
+        (r.prefill_chunk_tokens >= 0, f"rollout.prefill_chunk_tokens={r.prefill_chunk_tokens} must be >= 0"),
         (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
          f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),
         (lo.agg in AGG_MODES, f"loss.agg={lo.agg!r}: expected one of {AGG_MODES}"),
@@ -260,6 +268,7 @@ def validate(cfg: TrainConfig) -> None:
          "warm_start.chunks and warm_start.pretrain_chunks must be >= 1"),
         (0 <= cfg.warm_start.teacher_keep_probability <= 1, "warm_start.teacher_keep_probability must be in [0, 1]"),
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
+        (cfg.model.autocast in ("auto", "bfloat16", "off"), f"model.autocast={cfg.model.autocast!r}: auto, bfloat16, off"),
         (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),
     ]
     for ok, message in checks:

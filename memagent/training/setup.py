@@ -30,7 +30,7 @@ from torch import nn
 from memagent.config import TrainConfig
 from memagent.data.records import Sample
 from memagent.model import build_tiny_model, load_model, load_tokenizer
-from memagent.model.loading import resolve_dtype
+from memagent.model.precision import autocast, storage_dtype, training_autocast
 from memagent.rollout.prompts import MemoryConfig
 from memagent.training.backend import (
     Backend,
@@ -59,6 +59,8 @@ class Run:
     device: torch.device
     reference: nn.Module | None
     resume_from: Path | None
+    autocast_dtype: torch.dtype | None = None
+    """bf16 autocast of rollout, log-prob and update forwards over the fp32 weights (memagent.model.precision)."""
 
 
 def check_output_dir(path: str | Path, resume: str) -> Path:
@@ -172,16 +174,19 @@ def build_run(cfg: TrainConfig) -> Run:
     seed_everything(cfg.run.seed)
     path = model_path(cfg, rank, barrier)
     tokenizer = load_tokenizer(path)
-    dtype = resolve_dtype(cfg.model.dtype, device)
+    deepspeed_path = resolve_deepspeed_path(cfg.run.deepspeed, os.environ)
+    dtype = storage_dtype(cfg.model.dtype, device, deepspeed=bool(deepspeed_path))  # fp32 masters unless DeepSpeed
+    amp = training_autocast(cfg.model.autocast, device, dtype)
     model = load_model(path, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
     model.train()
     memory = MemoryConfig(**dataclasses.asdict(cfg.workflow))
     train, warm, pretrain, heldout = load_data(cfg, tokenizer)
     if rank == 0:
         (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
-    deepspeed_path = resolve_deepspeed_path(cfg.run.deepspeed, os.environ)
     warm_dir = out / "warm_start"
-    if resume_from is None and warm_start_model(cfg, model, tokenizer, memory, warm, pretrain, device, rank):
+    with autocast(device, amp):
+        warmed = resume_from is None and warm_start_model(cfg, model, tokenizer, memory, warm, pretrain, device, rank)
+    if warmed:
         if rank == 0:
             model.save_pretrained(warm_dir)
         barrier()
@@ -192,4 +197,4 @@ def build_run(cfg: TrainConfig) -> Run:
         reference.eval().requires_grad_(False)
     generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
     backend = make_backend(model, cfg.optim, device, deepspeed_path, dtype)
-    return Run(cfg, backend, tokenizer, memory, train, heldout, generator, device, reference, resume_from)
+    return Run(cfg, backend, tokenizer, memory, train, heldout, generator, device, reference, resume_from, amp)

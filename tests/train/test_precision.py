@@ -1,0 +1,121 @@
+"""Mixed precision: fp32 master weights take lr-1e-6 updates under bf16 autocast; bf16 weights do not; the loss
+and gradient under autocast agree with fp32 within bf16 tolerance; the loss math sees float32 log-probs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memagent.model import load_model
+from memagent.model.logprobs import token_logprobs
+from memagent.model.precision import (
+    autocast,
+    autocast_dtype,
+    cpu_flags_support_bf16,
+    storage_dtype,
+    training_autocast,
+)
+from memagent.rl.loss import policy_loss
+
+CPU = torch.device("cpu")
+BF16_RTOL = 3e-2
+"""bf16 keeps 8 mantissa bits (relative step 2^-8 = 3.9e-3); a few layers of rounding stay well under 3e-2."""
+
+
+def _batch(vocab: int, rows: int = 3, length: int = 24) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(7)
+    ids = torch.randint(5, vocab, (rows, length), generator=gen)
+    attention = torch.ones_like(ids)
+    attention[0, :6] = 0  # one left-padded row
+    response = torch.zeros_like(ids, dtype=torch.bool)
+    response[:, length // 2:] = True
+    return ids, attention, response
+
+
+def _loss(model, ids, attention, response, amp: torch.dtype | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The DAPO loss of one on-policy micro-batch (advantages +-1) and the log-probs policy_loss saw."""
+    with autocast(CPU, amp):
+        logp = token_logprobs(model, ids, attention, target_mask=response).logprobs
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+    loss, _ = policy_loss(logp, logp.detach(), advantages, response)
+    return loss, logp
+
+
+def _fraction_changed(model, ids, attention, response, amp: torch.dtype | None) -> float:
+    """One AdamW update at MemAgent's lr 1e-6; the fraction of weights whose stored value changed."""
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.0)
+    loss, _ = _loss(model, ids, attention, response, amp)
+    (loss + 0.0 * sum(p.sum() for p in model.parameters())).backward()
+    optimizer.step()
+    changed = sum(int((p.detach() != b).sum()) for p, b in zip(model.parameters(), before))
+    return changed / sum(b.numel() for b in before)
+
+
+def test_fp32_master_weights_under_bf16_autocast_take_an_lr_1e6_update(tiny_model_dir):
+    model = load_model(tiny_model_dir, dtype=torch.float32, device="cpu").train()
+    ids, attention, response = _batch(model.config.vocab_size)
+    assert _fraction_changed(model, ids, attention, response, torch.bfloat16) > 0.5
+
+
+def test_bf16_weights_with_adamw_at_lr_1e6_lose_almost_every_update(tiny_model_dir):
+    """The design bug 2 replaced: bf16 storage rounds w + 1e-6 * step back to w for nearly every weight."""
+    model = load_model(tiny_model_dir, dtype=torch.bfloat16, device="cpu").train()
+    ids, attention, response = _batch(model.config.vocab_size)
+    assert _fraction_changed(model, ids, attention, response, None) < 0.05
+
+
+def test_loss_and_gradient_under_autocast_match_fp32_within_bf16_tolerance(tiny_model_dir):
+    ids, attention, response = None, None, None
+    grads, losses = {}, {}
+    for amp in (None, torch.bfloat16):
+        model = load_model(tiny_model_dir, dtype=torch.float32, device="cpu").train()
+        if ids is None:
+            ids, attention, response = _batch(model.config.vocab_size)
+        # A non-trivial loss: old log-probs shifted so the ratios differ from 1 and the gradient is not degenerate.
+        with autocast(CPU, amp):
+            logp = token_logprobs(model, ids, attention, target_mask=response).logprobs
+        loss, _ = policy_loss(logp, logp.detach() - 0.05, torch.tensor([1.0, -1.0, 0.5]), response)
+        loss.backward()
+        losses[amp] = loss.detach()
+        grads[amp] = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+    assert torch.allclose(losses[torch.bfloat16], losses[None], rtol=BF16_RTOL)
+    cosine = torch.nn.functional.cosine_similarity(grads[torch.bfloat16], grads[None], dim=0)
+    relative = (grads[torch.bfloat16] - grads[None]).norm() / grads[None].norm()
+    assert cosine > 0.99 and relative < 0.1
+
+
+def test_policy_loss_sees_float32_logprobs_under_autocast(tiny_model):
+    ids, attention, response = _batch(tiny_model.config.vocab_size)
+    with autocast(CPU, torch.bfloat16):
+        hidden_dtype = tiny_model(ids, attention_mask=attention).logits.dtype
+    loss, logp = _loss(tiny_model, ids, attention, response, torch.bfloat16)
+    assert hidden_dtype == torch.bfloat16  # autocast really ran the matmuls in bf16
+    assert logp.dtype == torch.float32 and loss.dtype == torch.float32
+
+
+def test_bf16_storage_without_deepspeed_is_refused_with_what_to_pass():
+    with pytest.raises(ValueError, match="--model.dtype float32"):
+        storage_dtype("bfloat16", CPU, deepspeed=False)
+    assert storage_dtype("bfloat16", CPU, deepspeed=True) == torch.bfloat16
+
+
+@pytest.mark.parametrize("deepspeed", [False, True])
+def test_auto_storage_keeps_fp32_master_weights_off_deepspeed_gpus(deepspeed):
+    assert storage_dtype("auto", CPU, deepspeed=deepspeed) == torch.float32
+    assert storage_dtype("float32", torch.device("cuda"), deepspeed=deepspeed) == torch.float32
+
+
+def test_autocast_mode_explicit_values_override_detection():
+    assert autocast_dtype("off", CPU) is None
+    assert autocast_dtype("bfloat16", CPU) == torch.bfloat16
+    assert training_autocast("bfloat16", CPU, torch.bfloat16) is None  # bf16 weights: no autocast on top
+    with pytest.raises(ValueError, match="model.autocast"):
+        autocast_dtype("fp16", CPU)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    ({"avx2", "avx512f", "avx512_bf16"}, True), ({"amx_bf16", "amx_tile"}, True), ({"avx2", "avx512f"}, False),
+])
+def test_cpu_bf16_detection_reads_avx512_bf16_or_amx_flags(flags, expected):
+    assert cpu_flags_support_bf16(flags) is expected
