@@ -1,9 +1,14 @@
 """The KV-cache generation engine: batched autoregressive sampling with a Hugging Face causal LM.
 
-This replaces vLLM for rollouts. Prompts are left-padded into one batch and prefilled once; each decode step runs
+This replaces vLLM for rollouts. Prompts are left-padded into one batch and prefilled through the KV cache in
+slices of `prefill_chunk_tokens` positions (a slice's activations, not the whole prompt's, are live at once: at
+Qwen2.5-7B scale an 8K-token one-shot prefill holds GBs of MLP activations per row); each decode step runs
 one forward on the last sampled token of every running row (`logits_to_keep=1`) and samples with
 `memagent.rollout.sampling`. Padding policy: left padding, attention mask 0 on pads, position ids = cumsum(mask) - 1,
 so a row's positions start at 0 on its first real token whatever its padding.
+
+Sampled ids are always below `vocab_size` when it is given (the tokenizer's length): Qwen2.5 pads its embedding
+to 152064 rows for 151665 tokens, and a sampled padding id would decode to nothing and poison the next prompt.
 
 A row stops at its first EOS (kept in the output, with its log-prob) or at its own `max_new_tokens`. Finished rows
 are dropped from the running batch and from the cache at once, so late steps run on the rows still going; outputs
@@ -107,6 +112,8 @@ def _decode(
     params: SamplingParams,
     generator: torch.Generator | None,
     pad_token_id: int,
+    vocab_size: int | None,
+    prefill_chunk_tokens: int,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run prefill and the decode loop; every limit must be >= 1.
 
@@ -134,18 +141,21 @@ def _decode(
 
     positions = (prompt_mask.cumsum(-1) - 1).clamp_(min=0)
     cache = DynamicCache(config=model.config)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=prompt_mask,
-        position_ids=positions,
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=1,
-    )
+    chunk = prefill_chunk_tokens or width
+    for start in range(0, width, chunk):
+        end = min(start + chunk, width)
+        out = model(
+            input_ids=input_ids[:, start:end],
+            attention_mask=prompt_mask[:, :end],
+            position_ids=positions[:, start:end],
+            cache=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
     positions = positions[:, -1:]  # [b, 1] position of each row's last token
 
     for step in range(steps):
-        ids, lps = sample_next_token(out.logits[:, -1], params, generator)  # [b], [b]
+        ids, lps = sample_next_token(out.logits[:, -1, :vocab_size], params, generator)  # [b], [b]
         tokens[rows, step] = ids
         logprobs[rows, step] = lps
         at_limit = step + 1 in host_limits
@@ -189,6 +199,8 @@ def generate(
     params: SamplingParams = PLAIN_SAMPLING,
     generator: torch.Generator | None = None,
     pad_token_id: int = 0,
+    vocab_size: int | None = None,
+    prefill_chunk_tokens: int = 0,
 ) -> GenerateOutput:
     """Sample continuations of token-id prompts with a Hugging Face causal LM and a DynamicCache.
 
@@ -196,8 +208,14 @@ def generate(
     eos_token_id: one id, several ids (any of them stops a row), or None (rows run to their limit). params: the
     sampling rule. generator: a torch.Generator on the model's device for reproducible draws, or None for the
     global RNG. pad_token_id: the filler id of left padding (masked out, so its value does not change results).
+    vocab_size: sample only ids below it (pass len(tokenizer)); None samples from every logit. prefill_chunk_tokens:
+    prefill in slices of this many positions through the cache (0 = one forward); results equal one-shot prefill.
     The model runs on the device of its parameters; its train/eval mode is left as the caller set it.
     """
+    if vocab_size is not None and vocab_size < 1:
+        raise ValueError(f"generate: vocab_size={vocab_size} must be >= 1 (len(tokenizer)) or None")
+    if prefill_chunk_tokens < 0:
+        raise ValueError(f"generate: prefill_chunk_tokens={prefill_chunk_tokens} must be >= 0 (0 = one forward)")
     if not prompts:
         return GenerateOutput(tokens=[], logprobs=[], finished=[])
     limits, eos = _check_inputs(prompts, max_new_tokens, eos_token_id)
@@ -207,7 +225,8 @@ def generate(
     active = [i for i, n in enumerate(limits) if n > 0]  # rows with nothing to generate never enter the batch
     if active:
         out_tokens, out_logprobs, lengths, out_finished = _decode(
-            model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id
+            model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id,
+            vocab_size, prefill_chunk_tokens,
         )
         # Built outside inference mode: clone() turns inference tensors into ordinary ones the trainer may save.
         for row, (i, n) in enumerate(zip(active, lengths.tolist())):

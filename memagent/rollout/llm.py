@@ -60,9 +60,13 @@ class LocalLLM:
         params: SamplingParams = PLAIN_SAMPLING,
         generator: torch.Generator | None = None,
         max_batch_rows: int | None = None,
+        prefill_chunk_tokens: int = 0,
     ) -> None:
         if max_batch_rows is not None and max_batch_rows < 1:
             raise ValueError(f"LocalLLM: max_batch_rows must be >= 1 or None (no cap), got {max_batch_rows}")
+        if prefill_chunk_tokens < 0:
+            raise ValueError(f"LocalLLM: prefill_chunk_tokens must be >= 0 (0 = one forward), got {prefill_chunk_tokens}")
+        self.prefill_chunk_tokens = prefill_chunk_tokens
         self.model = model
         self.tokenizer = tokenizer
         self.params = params
@@ -98,6 +102,8 @@ class LocalLLM:
                 params=self.params,
                 generator=self.generator,
                 pad_token_id=self.eos_token_ids[0] if pad is None else pad,
+                vocab_size=len(self.tokenizer),  # never an embedding-padding id (Qwen2.5: 152064 rows, 151665 tokens)
+                prefill_chunk_tokens=self.prefill_chunk_tokens,
             )
             sampled += out.tokens
             sampled_logprobs += out.logprobs

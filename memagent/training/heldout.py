@@ -23,12 +23,17 @@ from memagent.verify.strict import strict_reward
 def heldout_accuracy(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, samples: list[Sample], memory: MemoryConfig,
     params: SamplingParams, *, rank: int, world_size: int, all_reduce_sum: Callable[[torch.Tensor], torch.Tensor],
-    generator: torch.Generator | None = None, batch: int = 64,
+    generator: torch.Generator | None = None, batch: int = 64, max_batch_rows: int | None = None,
+    prefill_chunk_tokens: int = 0,
 ) -> float:
-    """Fraction of held-out questions answered exactly (one sample each, greedy by default)."""
+    """Fraction of held-out questions answered exactly (one sample each, greedy by default).
+
+    max_batch_rows and prefill_chunk_tokens bound generation memory as in training rollouts (see LocalLLM).
+    """
     memory = dataclasses.replace(memory, max_chunks=None)
     mine = samples[rank::world_size]
-    llm = LocalLLM(model, tokenizer, params=params, generator=generator)
+    llm = LocalLLM(model, tokenizer, params=params, generator=generator, max_batch_rows=max_batch_rows,
+                   prefill_chunk_tokens=prefill_chunk_tokens)
     correct = 0.0
     for start in range(0, len(mine), batch):
         part = mine[start : start + batch]
