@@ -1,0 +1,123 @@
+"""Memory estimates from a model's config.json alone: KV cache, rows per generate call, prefill, update.
+
+These size a run before it is launched (no weights are read). The formulas are the usual first-order ones:
+- KV cache per token: 2 (K and V) * layers * kv_heads * head_dim * bytes per element.
+- Prefill activations of one slice: the MLP's [tokens, intermediate] tensors (gate, up and their product, the
+  largest live set of a layer) plus the residual stream, at the compute dtype; prefill runs without grad, so only
+  one layer's activations are live at once.
+- Update, per GPU: parameters, gradients and the two Adam moments in fp32 (plus DeepSpeed's bf16 parameter copy),
+  each divided by the world size from the ZeRO stage that partitions it (1: optimizer states, 2: + gradients,
+  3: + parameters); activations per token of one micro-batch: every layer's hidden state when gradient
+  checkpointing is on, else about 34 * hidden bytes per layer-token (attention and MLP intermediates in bf16),
+  plus two [512, vocab] float32 head chunks.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+GIB = 1024**3
+_REQUIRED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The config.json facts the estimates need."""
+
+    hidden: int
+    """hidden_size."""
+    layers: int
+    """num_hidden_layers."""
+    heads: int
+    """num_attention_heads."""
+    kv_heads: int
+    """num_key_value_heads (= heads without grouped-query attention)."""
+    intermediate: int
+    """intermediate_size of the MLP."""
+    vocab: int
+    """vocab_size (embedding rows)."""
+    tied: bool
+    """tie_word_embeddings: the output head shares the embedding matrix."""
+
+    @property
+    def head_dim(self) -> int:
+        """Per-head width."""
+        return self.hidden // self.heads
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count of a Qwen2/Llama-style decoder (attention with q/k/v biases, SwiGLU MLP, RMSNorms)."""
+        kv = self.kv_heads * self.head_dim
+        attention = self.hidden * self.hidden * 2 + self.hidden * kv * 2 + self.hidden + 2 * kv
+        mlp = 3 * self.hidden * self.intermediate
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * (attention + mlp + 2 * self.hidden) + embeddings + self.hidden
+
+
+def read_shape(config_file: str | Path) -> ModelShape:
+    """The ModelShape of a config.json (a file, or a model directory holding one)."""
+    path = Path(config_file)
+    if path.is_dir():
+        path = path / "config.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no config.json there; pass a model directory or a configs/*.config.json")
+    config = json.loads(path.read_text())
+    missing = [key for key in _REQUIRED if key not in config]
+    if missing:
+        raise ValueError(f"{path}: config.json lacks {missing}")
+    return ModelShape(
+        hidden=config["hidden_size"], layers=config["num_hidden_layers"], heads=config["num_attention_heads"],
+        kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
+        intermediate=config["intermediate_size"], vocab=config["vocab_size"],
+        tied=bool(config.get("tie_word_embeddings", False)),
+    )
+
+
+def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int = 2) -> int:
+    """Bytes of KV cache one token holds: 2 * layers * kv_heads * head_dim * dtype_bytes."""
+    return 2 * shape.layers * shape.kv_heads * shape.head_dim * dtype_bytes
+
+
+def prefill_activation_bytes(shape: ModelShape, rows: int, chunk_tokens: int, dtype_bytes: int = 2) -> int:
+    """Peak no-grad activations of prefilling `rows` prompts in slices of `chunk_tokens` positions."""
+    per_token = (3 * shape.intermediate + 4 * shape.hidden) * dtype_bytes
+    return rows * chunk_tokens * per_token
+
+
+def rows_per_call(
+    shape: ModelShape, budget_bytes: float, tokens_per_row: int, chunk_tokens: int, cap: int | None = None,
+    dtype_bytes: int = 2,
+) -> int:
+    """How many rows of `tokens_per_row` (prompt + new tokens) one generate call may hold within `budget_bytes`
+    of KV cache plus prefill activations; at least 1, at most `cap` when given."""
+    if budget_bytes <= 0 or tokens_per_row < 1:
+        raise ValueError(f"budget_bytes={budget_bytes} and tokens_per_row={tokens_per_row} must be positive")
+    per_row = kv_bytes_per_token(shape, dtype_bytes) * tokens_per_row
+    per_row += prefill_activation_bytes(shape, 1, min(chunk_tokens or tokens_per_row, tokens_per_row), dtype_bytes)
+    rows = max(1, int(budget_bytes // per_row))
+    return min(rows, cap) if cap else rows
+
+
+def update_bytes(
+    shape: ModelShape, *, world_size: int, zero_stage: int, micro_batch_tokens: int, gradient_checkpointing: bool,
+    deepspeed_bf16: bool = True,
+) -> dict[str, float]:
+    """Per-GPU bytes of the update: parameters, gradients, Adam states, activations, total.
+
+    zero_stage 0 is plain DDP (nothing partitioned). Parameters and gradients are fp32 masters (4 bytes each);
+    under DeepSpeed bf16 the model also holds a 2-byte copy, partitioned with the parameters at stage 3.
+    """
+    if zero_stage not in (0, 1, 2, 3) or world_size < 1:
+        raise ValueError(f"zero_stage={zero_stage} must be 0-3 and world_size={world_size} >= 1")
+    n = shape.num_params
+    part = {name: world_size if zero_stage >= stage else 1 for name, stage in (("opt", 1), ("grad", 2), ("param", 3))}
+    params = n * 4 / part["param"] + (n * 2 / part["param"] if deepspeed_bf16 else 0)
+    grads = n * 4 / part["grad"]
+    adam = n * 8 / part["opt"]
+    per_layer_token = 2 * shape.hidden if gradient_checkpointing else 34 * shape.hidden
+    logits = 2 * 512 * shape.vocab * 4  # memagent.model.logprobs: the head runs on 512-token chunks, fp32
+    activations = micro_batch_tokens * per_layer_token * shape.layers + logits
+    total = params + grads + adam + activations
+    return {"params": params, "grads": grads, "adam": adam, "activations": activations, "total": total}
