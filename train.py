@@ -47,7 +47,8 @@ def rollout(run: Run, questions: list) -> list[Trajectory]:
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
     with run.backend.generation() as model:
         llm = LocalLLM(model, run.tokenizer, params=params, generator=run.generator,
-                       max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens)
+                       max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
+                       kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30)
         return run_memagent(questions, llm, run.memory, group_size=r.group_size)
 
 
@@ -118,7 +119,8 @@ def evaluate(run: Run) -> dict[str, float]:
         return {f"eval/accuracy_{name}": heldout_accuracy(
             model, run.tokenizer, samples, run.memory, params, rank=run.backend.rank,
             world_size=run.backend.world_size, all_reduce_sum=run.backend.all_reduce_sum, generator=run.generator,
-            max_batch_rows=run.cfg.rollout.max_batch_rows or None, prefill_chunk_tokens=run.cfg.rollout.prefill_chunk_tokens)
+            max_batch_rows=run.cfg.rollout.max_batch_rows or None, prefill_chunk_tokens=run.cfg.rollout.prefill_chunk_tokens,
+            kv_cache_budget_bytes=run.cfg.rollout.kv_cache_budget_gb * 2**30)
             for name, samples in run.heldout.items()}
 
 

@@ -16,6 +16,7 @@ from transformers import PreTrainedTokenizerBase
 from memagent.rollout.generate import PLAIN_SAMPLING, generate
 from memagent.rollout.records import ChatRequest, Completion
 from memagent.rollout.sampling import SamplingParams
+from memagent.training.memory_budget import rows_per_call, shape_from_config
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 """Tokens that end a turn besides the tokenizer's eos (ChatML end of turn, Qwen's end of text)."""
@@ -61,12 +62,14 @@ class LocalLLM:
         generator: torch.Generator | None = None,
         max_batch_rows: int | None = None,
         prefill_chunk_tokens: int = 0,
+        kv_cache_budget_bytes: float = 0.0,
     ) -> None:
         if max_batch_rows is not None and max_batch_rows < 1:
             raise ValueError(f"LocalLLM: max_batch_rows must be >= 1 or None (no cap), got {max_batch_rows}")
         if prefill_chunk_tokens < 0:
             raise ValueError(f"LocalLLM: prefill_chunk_tokens must be >= 0 (0 = one forward), got {prefill_chunk_tokens}")
         self.prefill_chunk_tokens = prefill_chunk_tokens
+        self.kv_cache_budget_bytes = kv_cache_budget_bytes
         self.model = model
         self.tokenizer = tokenizer
         self.params = params
@@ -77,6 +80,18 @@ class LocalLLM:
             raise ValueError(
                 "LocalLLM: the tokenizer has no eos token and no <|im_end|>/<|endoftext|>: set an eos"
             )
+
+    def rows_per_call(self, prompts: list[list[int]], max_new_tokens: list[int]) -> int:
+        """Rows per generate call: what the KV-cache budget holds at the longest row (when a budget is set), capped
+        by max_batch_rows; all of them when neither is set."""
+        if self.kv_cache_budget_bytes <= 0:
+            return self.max_batch_rows or len(prompts)
+        shape = shape_from_config(self.model.config.to_dict(), "LocalLLM model")
+        tokens = max(len(p) for p in prompts) + max(max_new_tokens)
+        weight = next(self.model.parameters())
+        dtype_bytes = 2 if torch.is_autocast_enabled(weight.device.type) else weight.element_size()  # the cache's dtype
+        return rows_per_call(shape, self.kv_cache_budget_bytes, tokens, self.prefill_chunk_tokens,
+                             cap=self.max_batch_rows, dtype_bytes=dtype_bytes)
 
     def render(self, request: ChatRequest) -> list[int]:
         """Prompt token ids of one request: chat template applied, generation prompt added."""
@@ -89,7 +104,7 @@ class LocalLLM:
             return []
         prompts = [self.render(r) for r in requests]
         pad = self.tokenizer.pad_token_id
-        rows = self.max_batch_rows or len(prompts)
+        rows = self.rows_per_call(prompts, [r.max_new_tokens for r in requests])
         sampled: list[list[int]] = []
         sampled_logprobs: list[torch.Tensor] = []
         ended: list[bool] = []

@@ -24,16 +24,16 @@ def heldout_accuracy(
     model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, samples: list[Sample], memory: MemoryConfig,
     params: SamplingParams, *, rank: int, world_size: int, all_reduce_sum: Callable[[torch.Tensor], torch.Tensor],
     generator: torch.Generator | None = None, batch: int = 64, max_batch_rows: int | None = None,
-    prefill_chunk_tokens: int = 0,
+    prefill_chunk_tokens: int = 0, kv_cache_budget_bytes: float = 0.0,
 ) -> float:
     """Fraction of held-out questions answered exactly (one sample each, greedy by default).
 
-    max_batch_rows and prefill_chunk_tokens bound generation memory as in training rollouts (see LocalLLM).
+    max_batch_rows, prefill_chunk_tokens and kv_cache_budget_bytes bound generation memory as in training rollouts (see LocalLLM).
     """
     memory = dataclasses.replace(memory, max_chunks=None)
     mine = samples[rank::world_size]
     llm = LocalLLM(model, tokenizer, params=params, generator=generator, max_batch_rows=max_batch_rows,
-                   prefill_chunk_tokens=prefill_chunk_tokens)
+                   prefill_chunk_tokens=prefill_chunk_tokens, kv_cache_budget_bytes=kv_cache_budget_bytes)
     correct = 0.0
     for start in range(0, len(mine), batch):
         part = mine[start : start + batch]

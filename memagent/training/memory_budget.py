@@ -56,6 +56,19 @@ class ModelShape:
         return self.layers * (attention + mlp + 2 * self.hidden) + embeddings + self.hidden
 
 
+def shape_from_config(config: dict, origin: str = "config.json") -> ModelShape:
+    """The ModelShape of a config.json dict (or a loaded model's `config.to_dict()`); `origin` names it in errors."""
+    missing = [key for key in _REQUIRED if key not in config]
+    if missing:
+        raise ValueError(f"{origin}: config.json lacks {missing}")
+    return ModelShape(
+        hidden=config["hidden_size"], layers=config["num_hidden_layers"], heads=config["num_attention_heads"],
+        kv_heads=config.get("num_key_value_heads") or config["num_attention_heads"],
+        intermediate=config["intermediate_size"], vocab=config["vocab_size"],
+        tied=bool(config.get("tie_word_embeddings", False)),
+    )
+
+
 def read_shape(config_file: str | Path) -> ModelShape:
     """The ModelShape of a config.json (a file, or a model directory holding one)."""
     path = Path(config_file)
@@ -63,16 +76,7 @@ def read_shape(config_file: str | Path) -> ModelShape:
         path = path / "config.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no config.json there; pass a model directory or a configs/*.config.json")
-    config = json.loads(path.read_text())
-    missing = [key for key in _REQUIRED if key not in config]
-    if missing:
-        raise ValueError(f"{path}: config.json lacks {missing}")
-    return ModelShape(
-        hidden=config["hidden_size"], layers=config["num_hidden_layers"], heads=config["num_attention_heads"],
-        kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
-        intermediate=config["intermediate_size"], vocab=config["vocab_size"],
-        tied=bool(config.get("tie_word_embeddings", False)),
-    )
+    return shape_from_config(json.loads(path.read_text()), str(path))
 
 
 def kv_bytes_per_token(shape: ModelShape, dtype_bytes: int = 2) -> int:

@@ -9,6 +9,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from memagent.rollout import SamplingParams, generate
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.records import ChatRequest
+from memagent.training.memory_budget import kv_bytes_per_token, prefill_activation_bytes, shape_from_config
 
 GREEDY = SamplingParams(temperature=0.0)
 PADDED_ROWS = 128
@@ -76,3 +77,25 @@ def test_negative_prefill_chunk_and_vocab_size_are_refused(tiny_model):
         generate(tiny_model, [[1, 2]], max_new_tokens=1, eos_token_id=None, prefill_chunk_tokens=-1)
     with pytest.raises(ValueError, match="vocab_size"):
         generate(tiny_model, [[1, 2]], max_new_tokens=1, eos_token_id=None, vocab_size=0)
+
+
+def _batch_sizes_of_generate_calls(model) -> list[int]:
+    """Records the batch size of every prefill forward (a forward over more than one position)."""
+    sizes: list[int] = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: sizes.append(kwargs["input_ids"].shape[0])
+        if kwargs["input_ids"].shape[1] > 1 else None, with_kwargs=True)
+    return sizes
+
+
+def test_kv_cache_budget_sets_rows_per_call_under_the_hard_cap(tiny_model, tiny_tokenizer):
+    shape = shape_from_config(tiny_model.config.to_dict())
+    requests = [ChatRequest(messages=({"role": "user", "content": f"q {i}"},), max_new_tokens=4) for i in range(7)]
+    longest = max(len(LocalLLM(tiny_model, tiny_tokenizer).render(r)) for r in requests) + 4
+    per_row = kv_bytes_per_token(shape, 4) * longest + prefill_activation_bytes(shape, 1, longest, 4)
+    sizes = _batch_sizes_of_generate_calls(tiny_model)
+    LocalLLM(tiny_model, tiny_tokenizer, kv_cache_budget_bytes=3.5 * per_row).complete(requests)
+    assert sizes == [3, 3, 1]
+    sizes.clear()
+    LocalLLM(tiny_model, tiny_tokenizer, kv_cache_budget_bytes=3.5 * per_row, max_batch_rows=2).complete(requests)
+    assert sizes == [2, 2, 2, 1]
