@@ -20,7 +20,9 @@ then the workflow's own), runs RL and prints a held-out accuracy table), `python
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import time
 from pathlib import Path
 
@@ -28,7 +30,13 @@ import torch
 
 from memagent.config import load_config
 from memagent.model.precision import autocast
-from memagent.rl.step import accumulate_gradients, global_counts, micro_batch_counts, set_logprobs, split_mini_batches
+from memagent.rl.step import (
+    accumulate_gradients,
+    global_counts,
+    micro_batch_counts,
+    set_logprobs,
+    split_mini_batches,
+)
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.records import Trajectory
 from memagent.rollout.sampling import SamplingParams
@@ -37,6 +45,7 @@ from memagent.training.checkpoint import load_checkpoint, save_checkpoint
 from memagent.training.experience import QuestionStream, collect_groups, to_rows
 from memagent.training.heldout import heldout_accuracy
 from memagent.training.logging import MetricsLogger, progress, write_traces
+from memagent.training.memory_budget import dry_run_report
 from memagent.training.setup import Run, build_run
 
 
@@ -134,8 +143,20 @@ def results_table(before: dict[str, float], after: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def dry_run_flags(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
+    """`--dry-run [--dry-run-world-size N]` (N defaults to the launcher's WORLD_SIZE, else 1), and the other flags."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--dry-run", action="store_true")
+    parser.add_argument("--dry-run-world-size", type=int, default=int(os.environ.get("WORLD_SIZE", 1)))
+    return parser.parse_known_args(argv)
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
+    flags, argv = dry_run_flags(argv)
     cfg = load_config(argv)
+    if flags.dry_run:  # size the run from the model's config.json alone: no model, data or process group
+        print(dry_run_report(cfg, flags.dry_run_world_size), flush=True)
+        return {}
     run = build_run(cfg)
     be, out = run.backend, cfg.run.output_dir
     logger = MetricsLogger(out, rank=be.rank)

@@ -125,3 +125,59 @@ def update_bytes(
     activations = micro_batch_tokens * per_layer_token * shape.layers + logits
     total = params + grads + adam + activations
     return {"params": params, "grads": grads, "adam": adam, "activations": activations, "total": total}
+
+
+KNOWN_CONFIGS = {
+    "Qwen/Qwen2.5-7B-Instruct": "qwen2.5-7b-instruct.config.json",
+    "Qwen/Qwen2.5-14B-Instruct": "qwen2.5-14b-instruct.config.json",
+}
+"""Hub ids whose published config.json ships under configs/, so their presets can be sized offline."""
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+TEMPLATE_TOKENS = 256
+"""Allowance for the prompt template's own tokens (instructions, chat markup) in a memory-update prompt."""
+
+
+def config_file_for(model_path: str) -> Path:
+    """The config.json to size `model_path` from: the directory's own, or the shipped one of a known hub id."""
+    local = Path(model_path).expanduser()
+    if (local / "config.json").is_file() or local.is_file():
+        return local / "config.json" if local.is_dir() else local
+    if model_path in KNOWN_CONFIGS:
+        return CONFIGS_DIR / KNOWN_CONFIGS[model_path]
+    raise FileNotFoundError(
+        f"model.path={model_path!r}: no config.json there and not one of {sorted(KNOWN_CONFIGS)}; pass a model "
+        "directory or a config.json file"
+    )
+
+
+def dry_run_report(cfg, world_size: int) -> str:
+    """Estimated per-GPU memory (GiB) of the rollout and the update of a TrainConfig on `world_size` ranks."""
+    path = config_file_for(cfg.model.path or cfg.model.tiny_dir)
+    shape = read_shape(path)
+    stage = 0
+    if cfg.run.deepspeed:
+        stage = int(json.loads(Path(cfg.run.deepspeed).read_text()).get("zero_optimization", {}).get("stage", 0))
+    wf, r = cfg.workflow, cfg.rollout
+    tokens = TEMPLATE_TOKENS + wf.question_tokens + wf.chunk_tokens + wf.memory_tokens + max(wf.memory_tokens, wf.answer_tokens)
+    pending = -(-r.batch_size // world_size) * r.group_size
+    if r.kv_cache_budget_gb > 0:
+        rows = rows_per_call(shape, r.kv_cache_budget_gb * GIB, tokens, r.prefill_chunk_tokens, cap=r.max_batch_rows or None)
+    else:
+        rows = r.max_batch_rows or pending
+    rows = min(rows, pending)
+    chunk = min(r.prefill_chunk_tokens or tokens, tokens)
+    update = update_bytes(shape, world_size=world_size, zero_stage=stage, micro_batch_tokens=cfg.optim.micro_batch_tokens,
+                          gradient_checkpointing=cfg.model.gradient_checkpointing, deepspeed_bf16=bool(cfg.run.deepspeed))
+    resident = update["params"] + update["adam"]  # gradients are freed between updates
+    kv = rows * tokens * kv_bytes_per_token(shape)
+    prefill = prefill_activation_bytes(shape, rows, chunk)
+    gathered = shape.num_params * 2 if stage == 3 else 0  # ZeRO-3 gathers the full bf16 weights to generate
+    rollout = resident + gathered + kv + prefill
+    return "\n".join([
+        f"model {path} ({shape.num_params / 1e9:.2f}B parameters), world size {world_size}, "
+        f"{'ZeRO-' + str(stage) if cfg.run.deepspeed else 'plain PyTorch'}",
+        f"rollout: {rollout / GIB:.1f} GiB per GPU ({rows} rows x {tokens} tokens per generate call: KV cache "
+        f"{kv / GIB:.1f}, prefill {prefill / GIB:.1f}, weights + optimizer {(resident + gathered) / GIB:.1f})",
+        f"update: {update['total'] / GIB:.1f} GiB per GPU (params {update['params'] / GIB:.1f}, grads "
+        f"{update['grads'] / GIB:.1f}, adam {update['adam'] / GIB:.1f}, activations {update['activations'] / GIB:.1f})",
+    ])

@@ -63,3 +63,34 @@ def test_zero_stages_partition_more_state_as_they_go_up():
 def test_missing_config_names_the_path(tmp_path):
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         read_shape(tmp_path)
+
+
+def _gib(text: str, phase: str) -> float:
+    line = next(line for line in text.splitlines() if line.startswith(f"{phase}:"))
+    return float(line.split()[1])
+
+
+def test_dry_run_prints_per_gpu_memory_of_the_paper_preset_without_building_anything(tmp_path, capsys):
+    import train
+
+    out = tmp_path / "out"
+    base = ["--preset", "qwen2.5-7b", "--output-dir", str(out), "--dry-run", "--deepspeed",
+            str(CONFIGS / "ds_zero3.json")]
+    assert train.main([*base, "--dry-run-world-size", "1"]) == {}
+    one = capsys.readouterr().out
+    train.main([*base, "--dry-run-world-size", "8"])
+    eight = capsys.readouterr().out
+    assert "ZeRO-3" in eight and "world size 8" in eight
+    assert _gib(eight, "update") < _gib(one, "update") / 3  # ZeRO-3 partitions 18 bytes per parameter over 8
+    shape = read_shape(CONFIGS / "qwen2.5-7b-instruct.config.json")
+    full = update_bytes(shape, world_size=8, zero_stage=3, micro_batch_tokens=16384, gradient_checkpointing=True)
+    assert _gib(eight, "update") == pytest.approx(full["total"] / GIB, abs=0.06)
+    assert _gib(eight, "rollout") < 80  # the preset's KV-cache budget keeps generation on one 80 GB GPU
+    assert not out.exists()
+
+
+def test_dry_run_of_an_unknown_hub_id_names_the_field(tmp_path):
+    import train
+
+    with pytest.raises(FileNotFoundError, match="model.path='org/unknown'"):
+        train.main(["--preset", "qwen2.5-7b", "--model.path", "org/unknown", "--dry-run", "--output-dir", str(tmp_path)])
