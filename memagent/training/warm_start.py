@@ -139,7 +139,7 @@ def warm_start(model: nn.Module, tokenizer: PreTrainedTokenizerBase, samples: li
     """Stage 2: `cfg.steps` updates of SFT on the workflow's own oracle traces; returns the loss of each update.
 
     Update u trains on questions u*B .. (u+1)*B-1 (B = cfg.batch_questions, wrapping around), so with
-    steps * B fresh questions (train.py's `Run.warm`) no question is seen twice: repeating a few thousand
+    steps * B fresh questions (setup.load_data's SFT questions) no question is seen twice: repeating a few thousand
     questions for several epochs let the tiny model memorize them (training loss 0.01 nats/token, held-out 2.2).
     """
     traces = oracle_rows(samples, tokenizer, memory, keep_probability=cfg.teacher_keep_probability, seed=seed)
