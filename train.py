@@ -88,7 +88,7 @@ def rl_step(run: Run, stream: QuestionStream) -> tuple[dict[str, float], list[Tr
         if num_tokens == 0:
             continue
         metrics = accumulate_gradients(
-            be.model, mini, cfg.loss, num_tokens=num_tokens, num_seqs=num_seqs, world_size=be.world_size,
+            be.model, mini, **cfg.loss.update_args(), num_tokens=num_tokens, num_seqs=num_seqs, world_size=be.world_size,
             backward=be.backward, num_micro=m_micro, **kw)
         metrics["grad_norm"], skipped = be.step()
         metrics["skipped"] = float(skipped)

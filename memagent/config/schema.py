@@ -112,6 +112,11 @@ class LossConfig:
     kl_kind: str = "k3"
     """KL estimator: k1, k2, k3, k3+ (aliases kl, mse, low_var_kl)."""
 
+    def update_args(self) -> dict[str, float | str | None]:
+        """The scalars memagent.rl.step.accumulate_gradients takes (the advantage fields are not among them)."""
+        return {"clip_low": self.clip_low, "clip_high": self.clip_high, "clip_c": self.clip_c, "agg": self.agg,
+                "norm_len": self.norm_len, "kl_coef": self.kl_coef, "kl_kind": self.kl_kind}
+
 
 @dataclass(frozen=True)
 class OptimConfig:

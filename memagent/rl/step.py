@@ -23,7 +23,6 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from memagent.config import LossConfig
 from memagent.model.logprobs import token_logprobs
 from memagent.rl.kl import kl_penalty
 from memagent.rl.loss import aggregate, policy_loss
@@ -172,8 +171,14 @@ def global_counts(rows: list[TrainRow], all_reduce_sum: Callable[[Tensor], Tenso
 def accumulate_gradients(
     model: nn.Module,
     rows: list[TrainRow],
-    cfg: LossConfig,
     *,
+    clip_low: float,
+    clip_high: float,
+    clip_c: float | None,
+    agg: str,
+    norm_len: float | None,
+    kl_coef: float,
+    kl_kind: str,
     num_tokens: float,
     num_seqs: float,
     world_size: int,
@@ -186,7 +191,8 @@ def accumulate_gradients(
 ) -> dict[str, float]:
     """Forward/backward every micro-batch of `rows`; gradients accumulate, nothing is stepped.
 
-    `backward(loss, is_last)` is the backend's (DDP no_sync / DeepSpeed boundary on the last one). Returns the
+    clip_low ... kl_kind: the loss settings of memagent.rl.loss.policy_loss and memagent.rl.kl.kl_penalty (kl_coef 0 =
+    no KL term). `backward(loss, is_last)` is the backend's (DDP no_sync / DeepSpeed boundary on the last one). Returns the
     step's metrics: "loss" (this rank's share of the global loss, times W), token-weighted "clipfrac",
     "clipfrac_lower", "approx_kl", "entropy", and "kl" when a reference is used.
     """
@@ -202,16 +208,16 @@ def accumulate_gradients(
         target = mb.loss_mask if bool(mb.loss_mask.any()) else None
         out = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature=temperature, with_entropy=True,
                              target_mask=target)
-        loss, metrics = policy_loss(out.logprobs, mb.old_logp, mb.advantages, mb.loss_mask, clip_low=cfg.clip_low,
-                                    clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.agg, num_tokens=num_tokens,
-                                    num_seqs=num_seqs, norm_len=cfg.norm_len)
+        loss, metrics = policy_loss(out.logprobs, mb.old_logp, mb.advantages, mb.loss_mask, clip_low=clip_low,
+                                    clip_high=clip_high, clip_c=clip_c, agg=agg, num_tokens=num_tokens,
+                                    num_seqs=num_seqs, norm_len=norm_len)
         n = int(mb.loss_mask.sum())
-        if cfg.kl_coef > 0:
+        if kl_coef > 0:
             if mb.ref_logp is None:
-                raise ValueError("loss.kl_coef > 0 needs reference log-probs on every row")
-            kl = kl_penalty(out.logprobs, mb.ref_logp, kind=cfg.kl_kind)  # [B, T] per token
-            loss = loss + cfg.kl_coef * aggregate(kl, mb.loss_mask, agg=cfg.agg, num_tokens=num_tokens,
-                                                  num_seqs=num_seqs, norm_len=cfg.norm_len)
+                raise ValueError("kl_coef > 0 needs reference log-probs on every row")
+            kl = kl_penalty(out.logprobs, mb.ref_logp, kind=kl_kind)  # [B, T] per token
+            loss = loss + kl_coef * aggregate(kl, mb.loss_mask, agg=agg, num_tokens=num_tokens, num_seqs=num_seqs,
+                                              norm_len=norm_len)
             sums["kl"] += float(torch.where(mb.loss_mask, kl.detach(), 0.0).sum())
         # x W: DDP and DeepSpeed average gradients over ranks; the global normalizer already divides by all tokens.
         backward(loss * world_size, k == len(packs) - 1)

@@ -238,7 +238,7 @@ def test_old_logprobs_equal_the_update_forward_bit_for_bit(tiny_model, monkeypat
         seen.append((logp.detach(), old, m)), real_loss(logp, old, adv, m, **k))[1])
     for mini, count in zip(minis, counts):
         n = sum(r.num_trained_tokens for r in mini)
-        step.accumulate_gradients(tiny_model, mini, LossConfig(), num_tokens=n, num_seqs=len(mini), world_size=1,
+        step.accumulate_gradients(tiny_model, mini, **LossConfig().update_args(), num_tokens=n, num_seqs=len(mini), world_size=1,
                                   backward=lambda loss, last: None, num_micro=count, **kw)
     assert sum(int(m.sum()) for _, _, m in seen) == sum(r.num_trained_tokens for r in rows)
     for logp, old, m in seen:

@@ -62,7 +62,7 @@ def gradient(model: torch.nn.Module, parts: list[list[TrainRow]], budget: int, a
     for part in parts:
         model.zero_grad(set_to_none=True)
         metrics = accumulate_gradients(
-            model, part, LossConfig(agg=agg, norm_len=16.0), num_tokens=num_tokens, num_seqs=num_seqs,
+            model, part, **LossConfig(agg=agg, norm_len=16.0).update_args(), num_tokens=num_tokens, num_seqs=num_seqs,
             world_size=world, budget=budget, pad_id=0, temperature=1.0, device=CPU,
             backward=lambda loss, is_last: loss.backward())
         loss += metrics["loss"] / world
@@ -95,7 +95,7 @@ def test_empty_micro_batches_contribute_nothing(model: torch.nn.Module) -> None:
     loss_plain, grad_plain = gradient(model, [rows], budget=64, agg="token-mean")
     counts = global_counts(rows, lambda t: t.clone())
     model.zero_grad(set_to_none=True)
-    metrics = accumulate_gradients(model, rows, LossConfig(), num_tokens=counts[0], num_seqs=counts[1], world_size=1,
+    metrics = accumulate_gradients(model, rows, **LossConfig().update_args(), num_tokens=counts[0], num_seqs=counts[1], world_size=1,
                                    budget=64, pad_id=0, temperature=1.0, device=CPU, num_micro=12,
                                    backward=lambda loss, is_last: loss.backward())
     grad_padded = torch.cat([p.grad.flatten() for p in model.parameters()])

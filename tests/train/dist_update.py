@@ -79,7 +79,7 @@ def update(backend: Backend, mine: list[TrainRow], loss: LossConfig, reference: 
     if reference is not None:
         set_logprobs(reference, minis, counts, "ref_logprobs", **kw)
     num_tokens, num_seqs = global_counts(minis[0], backend.all_reduce_sum)
-    accumulate_gradients(backend.model, minis[0], loss, num_tokens=num_tokens, num_seqs=num_seqs,
+    accumulate_gradients(backend.model, minis[0], **loss.update_args(), num_tokens=num_tokens, num_seqs=num_seqs,
                          world_size=backend.world_size, backward=backend.backward, num_micro=counts[0], **kw)
     backend.step()
 
