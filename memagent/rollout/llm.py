@@ -14,9 +14,9 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from memagent.rollout.generate import PLAIN_SAMPLING, generate
-from memagent.rollout.records import ChatRequest, Completion
+from memagent.records import ChatRequest, Completion
 from memagent.rollout.sampling import SamplingParams
-from memagent.training.memory_budget import rows_per_call, shape_from_config
+from memagent.model.shape import rows_per_call, shape_from_config
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 """Tokens that end a turn besides the tokenizer's eos (ChatML end of turn, Qwen's end of text)."""
@@ -51,6 +51,9 @@ class LocalLLM:
     scale, where one round can be 128 x 16 prompts of ~7K tokens) with each request's own max_new_tokens;
     responses are decoded with special tokens skipped.
     The Completion keeps the token ids and behaviour log-probs, which the trainer needs.
+    share_prefill (default True) prefills identical prompts of one call once (`generate`): the G first-round
+    prompts of a MemAgent group are one prefill. The scheduler keeps a group's requests contiguous, so they share
+    a call unless max_batch_rows or the KV-cache budget cuts the group.
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class LocalLLM:
         max_batch_rows: int | None = None,
         prefill_chunk_tokens: int = 0,
         kv_cache_budget_bytes: float = 0.0,
+        share_prefill: bool = True,
     ) -> None:
         if max_batch_rows is not None and max_batch_rows < 1:
             raise ValueError(f"LocalLLM: max_batch_rows must be >= 1 or None (no cap), got {max_batch_rows}")
@@ -70,6 +74,7 @@ class LocalLLM:
             raise ValueError(f"LocalLLM: prefill_chunk_tokens must be >= 0 (0 = one forward), got {prefill_chunk_tokens}")
         self.prefill_chunk_tokens = prefill_chunk_tokens
         self.kv_cache_budget_bytes = kv_cache_budget_bytes
+        self.share_prefill = share_prefill
         self.model = model
         self.tokenizer = tokenizer
         self.params = params
@@ -119,6 +124,7 @@ class LocalLLM:
                 pad_token_id=self.eos_token_ids[0] if pad is None else pad,
                 vocab_size=len(self.tokenizer),  # never an embedding-padding id (Qwen2.5: 152064 rows, 151665 tokens)
                 prefill_chunk_tokens=self.prefill_chunk_tokens,
+                share_prefill=self.share_prefill,
             )
             sampled += out.tokens
             sampled_logprobs += out.logprobs
