@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from memagent.data import make_task, read_samples
-from memagent.data.records import Sample
-from memagent.evaluation.backend import Backend, add_backend_args, build_backend
 from memagent.evaluation.baseline import full_context_prompt
+from memagent.evaluation.model_choice import EvaluatedModel, add_model_args, build_evaluated_model
 from memagent.evaluation.plot import plot_results
-from memagent.evaluation.progress import progress
 from memagent.evaluation.scoring import score_answer
 from memagent.evaluation.tables import aggregate, format_table, results_json
 from memagent.evaluation.traces import TraceFile, TraceKey
+from memagent.progress import progress_bar
+from memagent.records import Sample
 from memagent.rollout.chunking import num_chunks, tokenize_document
-from memagent.rollout.prompts import MemoryConfig
+from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.workflow import run_memagent
 
 MEMAGENT, FULL_CONTEXT = "memagent", "full-context"
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     run.add_argument("--batch-size", type=int, default=16, help="samples generated together (and resume step)")
     run.add_argument("--output-dir", default="runs/eval", help="traces.jsonl, results.json, plot")
     run.add_argument("--plot", action="store_true", help="also plot score and time vs length (needs matplotlib)")
-    add_backend_args(p)
+    add_model_args(p)
     args = p.parse_args(argv)
     if bool(args.data) == bool(args.task):
         p.error("pass either --data FILE [FILE ...] or --task NAME [NAME ...] --lengths N [N ...]")
@@ -86,11 +86,11 @@ class EvalSet:
     samples: list[Sample]
 
 
-def load_sets(args: argparse.Namespace, backend: Backend) -> list[EvalSet]:
+def load_sets(args: argparse.Namespace, evaluated: EvaluatedModel) -> list[EvalSet]:
     sets = []
     for name in args.task:
         for length in args.lengths:
-            samples = make_task(name, backend.tokenizer, length, args.num_samples, args.data_seed)
+            samples = make_task(name, evaluated.tokenizer, length, args.num_samples, args.data_seed)
             sets.append(EvalSet(name, length, samples))
     for path in args.data:
         samples = read_samples(path)
@@ -98,7 +98,7 @@ def load_sets(args: argparse.Namespace, backend: Backend) -> list[EvalSet]:
             raise SystemExit(f"--data {path}: no samples")
         # A file in MemAgent's format has one length bucket; when it does not record it, measure the mean.
         length = samples[0].length or round(
-            sum(len(tokenize_document(s.context, backend.tokenizer)) for s in samples) / len(samples))
+            sum(len(tokenize_document(s.context, evaluated.tokenizer)) for s in samples) / len(samples))
         sets.append(EvalSet(Path(path).stem, length, samples))
     for es in sets:
         es.samples = es.samples[: args.limit]
@@ -127,9 +127,9 @@ def record(es: EvalSet, sample: Sample, method: str, *, answer: str, error: str 
     }
 
 
-def run_memagent_batch(es: EvalSet, batch: list[Sample], backend: Backend, config: MemoryConfig) -> list[dict]:
+def run_memagent_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig) -> list[dict]:
     start = time.perf_counter()
-    trajectories = run_memagent(batch, backend.llm, config, keep_prompt_ids=False)
+    trajectories = run_memagent(batch, evaluated.llm, config, keep_prompt_ids=False)
     wall = (time.perf_counter() - start) / len(batch)
     return [
         record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=wall,
@@ -139,12 +139,12 @@ def run_memagent_batch(es: EvalSet, batch: list[Sample], backend: Backend, confi
     ]
 
 
-def run_baseline_batch(es: EvalSet, batch: list[Sample], backend: Backend, config: MemoryConfig,
+def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig,
                        window: int) -> list[dict]:
     start = time.perf_counter()
-    prompts = [full_context_prompt(s, backend.tokenizer, window=window, answer_tokens=config.answer_tokens,
+    prompts = [full_context_prompt(s, evaluated.tokenizer, window=window, answer_tokens=config.answer_tokens,
                                    question_tokens=config.question_tokens) for s in batch]
-    completions = backend.llm.complete([p.request for p in prompts])
+    completions = evaluated.llm.complete([p.request for p in prompts])
     wall = (time.perf_counter() - start) / len(batch)
     return [
         record(es, sample, FULL_CONTEXT, answer=c.text, error=c.error, wall_s=wall, memories=None,
@@ -175,36 +175,36 @@ def check_run_config(out: Path, current: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    backend = build_backend(args)
-    config = MemoryConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
+    evaluated = build_evaluated_model(args)
+    config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None)  # evaluation: no truncation
     methods = METHODS[args.baseline]
-    window = args.window or backend.window
+    window = args.window or evaluated.window
     if FULL_CONTEXT in methods and window is None:
         raise SystemExit("--baseline full-context needs --window (the model config has no max_position_embeddings)")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run_config = {"model": backend.name, "temperature": backend.temperature, "top_p": backend.top_p,
+    run_config = {"model": evaluated.name, "temperature": evaluated.temperature, "top_p": evaluated.top_p,
                   "seed": args.seed, "data_seed": args.data_seed, "window": window, **asdict(config)}
     check_run_config(out, run_config)
     traces = TraceFile(out / "traces.jsonl")
     if traces.dropped_partial_line:
         print("traces.jsonl ended in a cut-off line (killed run): dropped it", file=sys.stderr)
 
-    sets = load_sets(args, backend)
+    sets = load_sets(args, evaluated)
     wanted: list[TraceKey] = [(es.source, es.length, s.index, m) for es in sets for s in es.samples for m in methods]
     todo = sum(key not in traces.done for key in wanted)
     print(f"{len(wanted)} (sample, method) pairs, {len(wanted) - todo} already done in {traces.path}", flush=True)
-    bar = progress(todo, "evaluate")
+    bar = progress_bar(todo, "evaluate")
     for es in sets:
         for method in methods:
             pending = [s for s in es.samples if (es.source, es.length, s.index, method) not in traces.done]
             for i in range(0, len(pending), args.batch_size):
                 batch = pending[i : i + args.batch_size]
                 if method == MEMAGENT:
-                    records = run_memagent_batch(es, batch, backend, config)
+                    records = run_memagent_batch(es, batch, evaluated, config)
                 else:
-                    records = run_baseline_batch(es, batch, backend, config, window)
+                    records = run_baseline_batch(es, batch, evaluated, config, window)
                 for r in records:
                     traces.append(r)  # fsync'ed per sample: a kill loses at most the batch in flight
                 bar.update(len(batch))
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     print(format_table(rows))
     failed = sum(r.failed for r in rows)
     if failed:
-        print(f"{failed} sample(s) failed at the backend: scored 0 and kept in n", file=sys.stderr)
+        print(f"{failed} sample(s) failed at the evaluated: scored 0 and kept in n", file=sys.stderr)
     (out / "results.json").write_text(json.dumps(results_json(rows, run_config), indent=2))
     print(f"wrote {out / 'results.json'} and {traces.path}")
     if args.plot:

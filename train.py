@@ -3,7 +3,7 @@
 One RL step:
   1. Sample questions; roll out G trajectories each with the MemAgent workflow (read chunk, overwrite memory, ...,
      answer). A trajectory is K + 1 independent conversations.
-  2. Reward = strict verifier on the final answer (1/0) + DAPO's soft overlong penalty on the answer length.
+  2. Reward = verifier on the final answer (strict 1/0 by default) + DAPO's soft overlong penalty on its length.
   3. Dynamic sampling: drop groups whose G correctness scores are all equal, refill from the next questions.
   4. A_i = (R_i - mean_g) / (std_g + eps), once per trajectory, broadcast to every conversation of it.
   5. Recompute old log-probs (no grad) [and reference log-probs for an optional KL loss].
@@ -12,10 +12,12 @@ One RL step:
 Departures from MemAgent's released run, all DAPO's and configurable: clip_high 0.28 (theirs 0.2), dual clip 10
 (theirs 3), std-scaled advantages (theirs R - mean), dynamic sampling and overlong shaping on, no KL (theirs 0.001).
 
-Usage: `python train.py` (the tiny demo: builds a tiny model, warm-starts it on teacher memory traces (compact prompts,
-then the workflow's own), runs RL and prints a held-out accuracy table), `python train.py --preset smoke`, `torchrun
---nproc_per_node 2 train.py --deepspeed configs/ds_zero2.json`, `--resume`, `--config FILE`,
-`--loss.clip-high 0.28`; `--help` lists all.
+Usage: `python train.py` with no model path runs the embedded demo (preset `tiny`, the one optional stage below:
+builds a tiny model, warm-starts it on teacher memory traces, runs RL, prints a held-out table; docs/demo.md).
+`python train.py --model.path DIR --data.train-file FILE` trains any HF model with the generic defaults (MemAgent's
+scale, DAPO's recipe; no warm start). Also `--preset smoke|smollm2|qwen2.5-7b|memagent-release`, `torchrun
+--nproc_per_node 2 train.py --deepspeed configs/ds_zero2.json`, `--resume`, `--config FILE`, `--loss.clip-high 0.28`,
+`--dry-run`; `--help` lists all (docs/training.md).
 """
 
 from __future__ import annotations
@@ -28,114 +30,114 @@ from pathlib import Path
 
 import torch
 
-from memagent.config import load_config
+from memagent.config import TrainConfig, load_config
 from memagent.model.precision import autocast
-from memagent.rl.step import (
-    accumulate_gradients,
-    global_counts,
-    micro_batch_counts,
-    set_logprobs,
-    split_mini_batches,
-)
+from memagent.records import Sample, Trajectory
+from memagent.rl.dynamic_sampling import KeptGroups, QuestionStream, collect_groups, rank_quota
+from memagent.rl.rewards import score_trajectories
+from memagent.rl.rows import trajectories_to_rows
+from memagent.rl.step import micro_batch_counts, set_logprobs, split_mini_batches, update_policy
 from memagent.rollout.llm import LocalLLM
-from memagent.rollout.records import Trajectory
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import run_memagent
 from memagent.training.checkpoint import load_checkpoint, save_checkpoint
-from memagent.training.experience import QuestionStream, collect_groups, to_rows
 from memagent.training.heldout import heldout_accuracy
-from memagent.training.logging import MetricsLogger, progress, write_traces
+from memagent.training.logging import MetricsLogger, write_traces
 from memagent.training.memory_budget import dry_run_report
-from memagent.training.setup import Run, build_run
+from memagent.training.setup import PreRLStage, TrainingSetup, set_up_training
 
 
 # ALGO LOGIC ---------------------------------------------------------------------------------------------------
-def rollout(run: Run, questions: list) -> list[Trajectory]:
+def rollout(setup: TrainingSetup, questions: list[Sample]) -> list[Trajectory]:
     """G trajectories per question with the current policy (ZeRO-3: parameters gathered for generation)."""
-    r = run.cfg.rollout
+    r = setup.cfg.rollout
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
-    with run.backend.generation() as model:
-        llm = LocalLLM(model, run.tokenizer, params=params, generator=run.generator,
+    with setup.learner.generation() as model:
+        llm = LocalLLM(model, setup.tokenizer, params=params, generator=setup.generator,
                        max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
                        kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30)
-        return run_memagent(questions, llm, run.memory, group_size=r.group_size)
+        return run_memagent(questions, llm, setup.cfg.workflow, group_size=r.group_size)
 
 
-def rl_step(run: Run, stream: QuestionStream) -> tuple[dict[str, float], list[Trajectory], list]:
+def score(cfg: TrainConfig, trajectories: list[Trajectory], questions: list[Sample]) -> None:
+    """Outcome reward of each trajectory: the verifier on its final answer + DAPO's overlong penalty."""
+    r = cfg.rollout
+    score_trajectories(trajectories, questions, verifier=r.verifier, answer_budget=cfg.workflow.answer_tokens,
+                       overlong_shaping=r.overlong_shaping, overlong_cache_tokens=r.overlong_cache_tokens,
+                       overlong_factor=r.overlong_factor)
+
+
+def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, float], KeptGroups]:
     """One Multi-Conv DAPO step (steps 1-6 of the module docstring). Returns metrics and the kept groups."""
-    cfg, be = run.cfg, run.backend
+    cfg, learner = setup.cfg, setup.learner
+    r, opt = cfg.rollout, cfg.optim
     t0 = time.perf_counter()
-    quota = cfg.rollout.batch_size // be.world_size + (be.rank < cfg.rollout.batch_size % be.world_size)
-    batch = collect_groups(  # 1-3: rollout, reward, dynamic sampling
-        stream, run.train, quota, cfg.rollout, rollout=lambda qs: rollout(run, qs),
-        max_over_ranks=lambda n: int(be.all_reduce(torch.tensor(n), "max")), rank=be.rank,
-        world_size=be.world_size, answer_tokens=cfg.workflow.answer_tokens)
-    rows = to_rows(batch.kept, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps)  # 4: A once per trajectory
+    # 1-3: roll out G trajectories per question, score each by its final answer, keep the informative groups.
+    kept = collect_groups(
+        stream, setup.train, rank_quota(r.batch_size, learner.rank, learner.world_size),
+        rollout=lambda qs: rollout(setup, qs), score=lambda trajs, qs: score(cfg, trajs, qs),
+        max_over_ranks=learner.max_over_ranks, rank=learner.rank, world_size=learner.world_size,
+        dynamic_sampling=r.dynamic_sampling, max_refill_rounds=r.max_refill_rounds,
+        refill_oversample_cap=r.refill_oversample_cap)
+    # 4: one group advantage per trajectory, broadcast to every conversation of it.
+    rows = trajectories_to_rows(kept.trajectories, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps)
     t_rollout = time.perf_counter() - t0
-
-    opt, temp = cfg.optim, cfg.rollout.temperature
-    kw = dict(budget=opt.micro_batch_tokens, pad_id=run.tokenizer.pad_token_id, device=run.device, temperature=temp)
+    # 5: old (and reference) log-probs, packed exactly as the update packs them: the first ratio is exactly 1.
     minis = split_mini_batches(rows, opt.mini_batches)
-    counts = micro_batch_counts(minis, opt.micro_batch_tokens, lambda t: be.all_reduce(t, "max"))
-    set_logprobs(be.model, minis, counts, "old_logprobs", **kw)  # 5: packed as the update packs them: ratio 1 at first
-    if run.reference is not None:
-        set_logprobs(run.reference, minis, counts, "ref_logprobs", **kw)
-
-    updates: list[dict[str, float]] = []
-    show = cfg.run.progress and be.rank == 0 and len(minis) > 4
-    for mini, m_micro in progress(list(zip(minis, counts)), desc="update", enabled=show):
-        num_tokens, num_seqs = global_counts(mini, be.all_reduce_sum)  # 6: BEFORE the micro-batch loop
-        if num_tokens == 0:
-            continue
-        metrics = accumulate_gradients(
-            be.model, mini, **cfg.loss.update_args(), num_tokens=num_tokens, num_seqs=num_seqs, world_size=be.world_size,
-            backward=be.backward, num_micro=m_micro, **kw)
-        metrics["grad_norm"], skipped = be.step()
-        metrics["skipped"] = float(skipped)
-        if skipped and be.rank == 0:
-            print(f"warning: gradient norm {metrics['grad_norm']} is not finite; update skipped", flush=True)
-        updates.append(metrics)
-    return summarize(run, batch, rows, updates, t_rollout, time.perf_counter() - t0), batch.kept, batch.questions
+    counts = micro_batch_counts(minis, opt.micro_batch_tokens, learner.all_reduce_max)
+    packing = dict(budget=opt.micro_batch_tokens, pad_id=setup.tokenizer.pad_token_id, device=setup.device,
+                   temperature=r.temperature)
+    set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)
+    if setup.reference is not None:
+        set_logprobs(setup.reference, minis, counts, "ref_logprobs", **packing)
+    # 6: one AdamW update per mini-batch on DAPO's clipped token-level loss over the global token count.
+    updates = update_policy(
+        learner.model, minis, counts, **cfg.loss.update_args(), **packing, world_size=learner.world_size,
+        all_reduce_sum=learner.all_reduce_sum, backward=learner.backward, optimizer_step=learner.step,
+        show_progress=cfg.run.progress and learner.rank == 0 and len(minis) > 4)
+    if learner.rank == 0 and any(u["skipped"] for u in updates):
+        print("warning: a gradient norm was not finite; that update was skipped", flush=True)
+    return summarize(setup, kept, len(rows), updates, t_rollout, time.perf_counter() - t0), kept
 
 
 # PLUMBING -----------------------------------------------------------------------------------------------------
-def summarize(run: Run, batch, rows, updates, t_rollout: float, t_step: float) -> dict[str, float]:
+def summarize(setup: TrainingSetup, kept: KeptGroups, num_rows: int, updates: list[dict[str, float]],
+              t_rollout: float, t_step: float) -> dict[str, float]:
     """Step metrics, averaged over ranks (rollout) and over updates (loss)."""
-    be = run.backend
-    gen = batch.generated
+    gen = kept.generated
     sampled = sum(len(c.response_ids) for t in gen for c in t.conversations)
-    local = torch.tensor([sum(t.reward for t in gen), sum(t.extras["correct"] for t in gen), len(gen),
-                          sum(t.extras["answer_len"] for t in gen), sum(t.extras["memory_len"] for t in gen),
-                          len(batch.questions), sampled, len(rows)], dtype=torch.float64)
-    s = be.all_reduce_sum(local)
+    local = torch.tensor([sum(t.reward.total for t in gen), sum(t.reward.correct for t in gen), len(gen),
+                          sum(t.answer_tokens for t in gen), sum(t.mean_memory_tokens for t in gen),
+                          len(kept.questions), sampled, num_rows], dtype=torch.float64)
+    s = setup.learner.all_reduce_sum(local)
     n = max(float(s[2]), 1.0)
     out = {"rollout/reward": float(s[0]) / n, "rollout/accuracy": float(s[1]) / n, "rollout/kept_groups": float(s[5]),
            "rollout/answer_len": float(s[3]) / n, "rollout/memory_len": float(s[4]) / n,
-           "rollout/rounds": float(batch.rounds), "rollout/conversations": float(s[7]),
+           "rollout/rounds": float(kept.rounds), "rollout/conversations": float(s[7]),
            "perf/tokens_per_s": float(s[6]) / max(t_step, 1e-9), "perf/rollout_s": t_rollout, "perf/step_s": t_step,
-           "optim/lr": be.lr, "optim/updates": float(len(updates))}
+           "optim/lr": setup.learner.lr, "optim/updates": float(len(updates))}
     for key in ("loss", "clipfrac", "clipfrac_lower", "approx_kl", "entropy", "kl", "grad_norm", "skipped"):
         if updates:
             out[f"loss/{key}"] = sum(u[key] for u in updates) / len(updates)
     return out
 
 
-def evaluate(run: Run) -> dict[str, float]:
-    """Held-out strict accuracy at every evaluation length."""
-    e = run.cfg.eval
+def evaluate(setup: TrainingSetup) -> dict[str, float]:
+    """Held-out accuracy (the training verifier) at every evaluation length."""
+    e, r, learner = setup.cfg.eval, setup.cfg.rollout, setup.learner
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p)
-    with run.backend.generation() as model, autocast(run.device, run.autocast_dtype):
+    with learner.generation() as model, autocast(setup.device, setup.autocast_dtype):
         return {f"eval/accuracy_{name}": heldout_accuracy(
-            model, run.tokenizer, samples, run.memory, params, rank=run.backend.rank,
-            world_size=run.backend.world_size, all_reduce_sum=run.backend.all_reduce_sum, generator=run.generator,
-            max_batch_rows=run.cfg.rollout.max_batch_rows or None, prefill_chunk_tokens=run.cfg.rollout.prefill_chunk_tokens,
-            kv_cache_budget_bytes=run.cfg.rollout.kv_cache_budget_gb * 2**30)
-            for name, samples in run.heldout.items()}
+            model, setup.tokenizer, samples, setup.cfg.workflow, params, rank=learner.rank,
+            world_size=learner.world_size, all_reduce_sum=learner.all_reduce_sum, generator=setup.generator,
+            max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
+            kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30, verifier=r.verifier)
+            for name, samples in setup.heldout.items()}
 
 
 def results_table(before: dict[str, float], after: dict[str, float]) -> str:
-    """Markdown table of held-out accuracy before (warm start) and after RL, per evaluation length."""
-    lines = ["| held-out set | warm start | after RL | change |", "|---|---|---|---|"]
+    """Markdown table of held-out accuracy before RL (after any warm start) and after RL, per evaluation length."""
+    lines = ["| held-out set | before RL | after RL | change |", "|---|---|---|---|"]
     for key in before:
         name = key.removeprefix("eval/accuracy_")
         b, a = 100 * before[key], 100 * after.get(key, float("nan"))
@@ -151,44 +153,53 @@ def dry_run_flags(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]
     return parser.parse_known_args(argv)
 
 
+def pre_rl_stage(cfg: TrainConfig) -> PreRLStage | None:
+    """The embedded demo's stage (tiny model, code_lookup, warm start; docs/demo.md) when demo.enabled, else none."""
+    if not cfg.demo.enabled:
+        return None
+    from memagent.demo import DemoStage  # the generic trainer imports nothing of the demo otherwise
+
+    return DemoStage(cfg)
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
     flags, argv = dry_run_flags(argv)
     cfg = load_config(argv)
     if flags.dry_run:  # size the run from the model's config.json alone: no model, data or process group
         print(dry_run_report(cfg, flags.dry_run_world_size), flush=True)
         return {}
-    run = build_run(cfg)
-    be, out = run.backend, cfg.run.output_dir
-    logger = MetricsLogger(out, rank=be.rank)
+    setup = set_up_training(cfg, pre_rl_stage(cfg))
+    learner, out = setup.learner, cfg.run.output_dir
+    logger = MetricsLogger(out, rank=learner.rank)
     state = {"position": 0, "before": {}}
-    if run.resume_from is not None:
-        state = load_checkpoint(be, run.resume_from, run.generator)
-        if be.rank == 0:
-            print(f"resumed from {run.resume_from} (step {state['step']})", flush=True)
-    else:  # build_run warm-started the model before the backend wrapped it
-        state["before"] = evaluate(run) if run.heldout else {}
+    if setup.resume_from is not None:
+        state = load_checkpoint(learner, setup.resume_from, setup.generator)
+        if learner.rank == 0:
+            print(f"resumed from {setup.resume_from} (step {state['step']})", flush=True)
+    else:  # any warm start ran before the learner wrapped the model
+        state["before"] = evaluate(setup) if setup.heldout else {}
         logger.log(0, state["before"])
-    stream = QuestionStream(len(run.train), cfg.data.seed, state["position"])
+    stream = QuestionStream(len(setup.train), cfg.data.seed, state["position"])
     start = int(state.get("step", 0))
     metrics: dict[str, float] = {}
     for step in range(start + 1, cfg.run.steps + 1):
-        with autocast(run.device, run.autocast_dtype):  # bf16 forwards over fp32 weights (model.autocast)
-            metrics, kept, questions = rl_step(run, stream)
+        with autocast(setup.device, setup.autocast_dtype):  # bf16 forwards over fp32 weights (model.autocast)
+            metrics, kept = rl_step(setup, stream)
         if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
-            metrics.update(evaluate(run))
+            metrics.update(evaluate(setup))
         logger.log(step, metrics)
-        if be.rank == 0 and cfg.run.trace_every and step % cfg.run.trace_every == 0:
-            write_traces(Path(out) / "traces" / f"step_{step:06d}.txt", step, kept,
-                         [questions[t.sample_index].question for t in kept],
-                         [questions[t.sample_index].answers for t in kept])
+        if learner.rank == 0 and cfg.run.trace_every and step % cfg.run.trace_every == 0:
+            write_traces(Path(out) / "traces" / f"step_{step:06d}.txt", step, kept.trajectories,
+                         [kept.questions[t.sample_index].question for t in kept.trajectories],
+                         [kept.questions[t.sample_index].answers for t in kept.trajectories])
         if (cfg.run.save_every and step % cfg.run.save_every == 0) or step == cfg.run.steps:
-            save_checkpoint(be, run.tokenizer, out, step, {"position": stream.position, "before": state["before"],
-                            "config": cfg}, run.generator, keep=cfg.run.keep_checkpoints)
-    after = evaluate(run) if run.heldout else {}
-    if be.rank == 0 and after:
+            save_checkpoint(learner, setup.tokenizer, out, step, {"position": stream.position,
+                            "before": state["before"], "config": cfg}, setup.generator, keep=cfg.run.keep_checkpoints)
+    after = evaluate(setup) if setup.heldout else {}
+    if learner.rank == 0 and after:
         logger.log(cfg.run.steps, after)
         table = results_table(state["before"], after)
-        print("\nHeld-out strict accuracy (%), greedy:\n" + table, flush=True)
+        print(f"\nHeld-out {cfg.rollout.verifier} accuracy (%), greedy:\n" + table, flush=True)
         (Path(out) / "results.json").write_text(json.dumps({"before": state["before"], "after": after}))
     logger.close()
     return {**metrics, **after}

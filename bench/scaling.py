@@ -33,7 +33,7 @@ from memagent.evaluation.baseline import full_context_prompt  # noqa: E402
 from memagent.model import build_tiny_model, load_model, load_tokenizer  # noqa: E402
 from memagent.rollout.chunking import num_chunks  # noqa: E402
 from memagent.rollout.llm import LocalLLM  # noqa: E402
-from memagent.rollout.prompts import MemoryConfig  # noqa: E402
+from memagent.rollout.prompts import WorkflowConfig  # noqa: E402
 from memagent.rollout.sampling import SamplingParams  # noqa: E402
 from memagent.rollout.workflow import run_memagent  # noqa: E402
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         tokenizer = load_tokenizer(model_dir)
     llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=0.0))
     llm.eos_token_ids = []  # fixed-length outputs: time measures the document, not a random model's EOS
-    config = MemoryConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
+    config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None)
     window = 2 * longest  # the baseline never truncates
 

@@ -17,11 +17,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from memagent.evaluation.backend import add_backend_args, build_backend
+from memagent.evaluation.model_choice import add_model_args, build_evaluated_model
+from memagent.records import ChatRequest, Completion
 from memagent.rollout.chunking import num_chunks, tokenize_document
 from memagent.rollout.llm import LLM
-from memagent.rollout.prompts import MemoryConfig
-from memagent.rollout.records import ChatRequest, Completion
+from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.scheduler import run_agents
 from memagent.rollout.workflow import memagent_agent
 from memagent.verify.lenient import extract_answer
@@ -91,19 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-tokens", type=int, default=1024, help="memory budget (new tokens per update)")
     parser.add_argument("--answer-tokens", type=int, default=1024, help="answer budget (new tokens)")
     parser.add_argument("--quiet", action="store_true", help="print only the answer")
-    add_backend_args(parser)
+    add_model_args(parser)
     args = parser.parse_args(argv)
 
     document = load_document(args.document)
-    backend = build_backend(args)
-    config = MemoryConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
+    evaluated = build_evaluated_model(args)
+    config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None)
-    ids = tokenize_document(document, backend.tokenizer)  # once: counted here, read by the agent below
+    ids = tokenize_document(document, evaluated.tokenizer)  # once: counted here, read by the agent below
     total = num_chunks(len(ids), config.chunk_tokens)
     if not args.quiet:
-        print(f"reading {total} chunk(s) of {config.chunk_tokens} tokens with {backend.name}\n", flush=True)
-    llm = ShowMemory(backend.llm, total, quiet=args.quiet)
-    agent = memagent_agent(args.question, ids, backend.tokenizer, config, keep_prompt_ids=False)
+        print(f"reading {total} chunk(s) of {config.chunk_tokens} tokens with {evaluated.name}\n", flush=True)
+    llm = ShowMemory(evaluated.llm, total, quiet=args.quiet)
+    agent = memagent_agent(args.question, ids, evaluated.tokenizer, config, keep_prompt_ids=False)
     [result] = run_agents([agent], llm)
     if result.error is not None:
         print(f"failed: {result.error}", file=sys.stderr)

@@ -4,6 +4,7 @@ from memagent.config.overrides import build_parser, load_config, make_config, pr
 from memagent.config.presets import PRESETS
 from memagent.config.schema import (
     DataConfig,
+    DemoConfig,
     EvalConfig,
     LossConfig,
     ModelConfig,
@@ -11,13 +12,13 @@ from memagent.config.schema import (
     RolloutConfig,
     RunConfig,
     TrainConfig,
-    WarmStartConfig,
-    WorkflowConfig,
 )
+from memagent.rollout.prompts import WorkflowConfig
 
 __all__ = [
     "PRESETS",
     "DataConfig",
+    "DemoConfig",
     "EvalConfig",
     "LossConfig",
     "ModelConfig",
@@ -25,7 +26,6 @@ __all__ = [
     "RolloutConfig",
     "RunConfig",
     "TrainConfig",
-    "WarmStartConfig",
     "WorkflowConfig",
     "build_parser",
     "load_config",

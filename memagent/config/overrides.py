@@ -100,7 +100,7 @@ def read_config_file(path: str) -> dict[str, Any]:
 def build_parser() -> argparse.ArgumentParser:
     """One flag per dataclass field, `--section.field-name`, plus --preset, --config and the run shortcuts."""
     parser = argparse.ArgumentParser(description="Train MemAgent with Multi-Conv DAPO.", allow_abbrev=False)
-    parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="base settings (default: tiny)")
+    parser.add_argument("--preset", default=None, choices=sorted(PRESETS), help="base settings (default: tiny without --model.path, else none: the generic defaults)")
     parser.add_argument("--config", default=None, help="YAML or JSON file of {section: {field: value}} overrides")
     parser.add_argument("--output-dir", dest="shortcut_output_dir", default=None, help="= --run.output-dir")
     parser.add_argument("--deepspeed", dest="shortcut_deepspeed", default=None, help="= --run.deepspeed")
@@ -121,10 +121,10 @@ def load_config(argv: list[str] | None = None) -> TrainConfig:
     """Parse the command line into a validated TrainConfig (preset < --config file < flags)."""
     args = build_parser().parse_args(argv)
     file_data = read_config_file(args.config) if args.config else {}
-    preset = args.preset or file_data.pop("preset", None) or "tiny"
-    if preset not in PRESETS:
+    preset = args.preset or file_data.pop("preset", None) or default_preset(args, file_data)
+    if preset is not None and preset not in PRESETS:
         raise ValueError(f"preset {preset!r} is unknown; expected one of {sorted(PRESETS)}")
-    overrides = merge({}, PRESETS[preset], f"preset {preset}")
+    overrides = merge({}, PRESETS[preset], f"preset {preset}") if preset else {}
     overrides = merge(overrides, file_data, f"--config {args.config}")
     hints = {name: typing.get_type_hints(cls) for name, cls in sections().items()}
     for name, values in file_data.items():  # type-check the file's values here, where the error can name the file
@@ -140,6 +140,13 @@ def load_config(argv: list[str] | None = None) -> TrainConfig:
             flags.setdefault("run", {})[key] = getattr(args, f"shortcut_{key}")
     overrides = merge(overrides, flags, "command line")
     return make_config(overrides)
+
+
+def default_preset(args: argparse.Namespace, file_data: dict[str, Any]) -> str | None:
+    """`tiny` (the embedded demo) when no model path is given anywhere, else none: the generic defaults, so a
+    user's model never gets the demo's warm start or learning rate by accident."""
+    given = getattr(args, "model.path") is not None or "path" in file_data.get("model", {})
+    return None if given else "tiny"
 
 
 def make_config(overrides: Overrides) -> TrainConfig:

@@ -1,9 +1,10 @@
-"""Named presets: `tiny` (the default, the embedded demo), `smoke` (tests, seconds), `qwen2.5-7b` (paper scale, DAPO
-recipe) and `memagent-release` (paper scale, MemAgent's released recipe).
+"""Named presets: `tiny` (the embedded demo: what `python train.py` runs without a model path), `smoke` (tests,
+seconds), `qwen2.5-7b` (paper scale, DAPO recipe: the schema defaults plus the model and data files) and
+`memagent-release` (paper scale, MemAgent's released recipe).
 
 A preset is a nested dict of overrides on the dataclass defaults, so `--config FILE` and command-line flags apply on
-top of it with the same rules. qwen2.5-7b follows MemAgent's released 7B run (run_memory_7B.sh) except where DAPO
-is our contract (docs/rl-math.md §5): clip_high 0.28, dual clip 10, std-scaled advantages, dynamic sampling and overlong
+top of it with the same rules. The defaults are MemAgent's 7B run (run_memory_7B.sh) except where DAPO is our
+contract (docs/rl-math.md §5): clip_high 0.28, dual clip 10, std-scaled advantages, dynamic sampling and overlong
 shaping on, no KL.
 """
 
@@ -11,21 +12,40 @@ from __future__ import annotations
 
 from typing import Any
 
-PRESETS: dict[str, dict[str, dict[str, Any]]] = {
-    # The defaults of memagent.config.schema are the tiny demo; nothing to override.
-    "tiny": {},
-    # Two RL steps of a 2-layer model on 2-chunk documents: seconds on a CPU, for tests.
-    "smoke": {
-        "model": {"tiny_dir": "runs/smoke/model", "tiny_hidden_size": 32, "tiny_num_layers": 2,
-                  "tiny_intermediate_size": 64, "tiny_vocab_size": 512},
-        "workflow": {"chunk_tokens": 48, "memory_tokens": 8, "answer_tokens": 12},
-        "rollout": {"batch_size": 2, "group_size": 4, "dynamic_sampling": False, "max_refill_rounds": 1},
-        "optim": {"lr": 1e-3, "warmup_steps": 0, "mini_batches": 1, "micro_batch_tokens": 4096},
-        "data": {"num_train": 16, "num_eval": 4},
-        "warm_start": {"steps": 0, "pretrain_steps": 0},
-        "eval": {"every": 0},
-        "run": {"steps": 2, "output_dir": "runs/smoke", "save_every": 1, "trace_every": 1, "progress": False},
-    },
+Preset = dict[str, dict[str, Any]]
+
+# The embedded demo (docs/demo.md): a 0.1M-parameter model built offline, code_lookup over 32-token chunks, compact
+# pretraining and SFT from a forgetful teacher, then 50 RL steps of 8 questions x G 8.
+TINY: Preset = {
+    "demo": {"enabled": True},
+    "model": {"autocast": "off"},
+    "workflow": {"chunk_tokens": 32, "memory_tokens": 10, "answer_tokens": 8, "max_chunks": 8, "question_tokens": 64},
+    "rollout": {"batch_size": 8, "group_size": 8, "overlong_cache_tokens": 4},
+    "optim": {"lr": 3e-4, "warmup_steps": 2, "weight_decay": 0.0, "mini_batches": 2, "micro_batch_tokens": 8192},
+    "data": {"task": "code_lookup", "train_chunks": 2, "num_train": 4000, "num_eval": 64, "eval_chunk_factors": (1, 4)},
+    "eval": {"every": 0, "temperature": 0.0, "top_p": 1.0},
+    "run": {"steps": 50, "output_dir": "runs/tiny", "save_every": 10, "trace_every": 10},
+}
+
+
+def _on(base: Preset, **sections: dict[str, Any]) -> Preset:
+    """`base` with some fields of some sections replaced."""
+    return {name: {**base.get(name, {}), **sections.get(name, {})} for name in {*base, *sections}}
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": TINY,
+    # Two RL steps of a 2-layer model on 2-chunk documents, no warm start: seconds on a CPU, for tests.
+    "smoke": _on(
+        TINY,
+        demo={"model_dir": "runs/smoke/model", "hidden_size": 32, "num_layers": 2, "intermediate_size": 64,
+              "vocab_size": 512, "steps": 0, "pretrain_steps": 0},
+        workflow={"chunk_tokens": 48, "memory_tokens": 8, "answer_tokens": 12},
+        rollout={"batch_size": 2, "group_size": 4, "dynamic_sampling": False, "max_refill_rounds": 1},
+        optim={"lr": 1e-3, "warmup_steps": 0, "mini_batches": 1, "micro_batch_tokens": 4096},
+        data={"num_train": 16, "num_eval": 4},
+        run={"steps": 2, "output_dir": "runs/smoke", "save_every": 1, "trace_every": 1, "progress": False},
+    ),
     # MemAgent 7B (arXiv 2507.02259; run_memory_7B.sh): 128 questions x 16 rollouts, 16 updates per step.
     "qwen2.5-7b": {
         "model": {"path": "Qwen/Qwen2.5-7B-Instruct", "dtype": "auto", "gradient_checkpointing": True},
@@ -40,7 +60,6 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                   "micro_batch_tokens": 16384},
         "data": {"train_file": "data/hotpotqa_train.json", "eval_file": "data/eval_200.json", "train_chunks": 8, "num_train": 8192, "num_eval": 128,
                  "eval_chunk_factors": (1, 2, 4)},
-        "warm_start": {"steps": 0, "pretrain_steps": 0},
         "eval": {"every": 10, "temperature": 0.7, "top_p": 0.95},
         "run": {"steps": 500, "output_dir": "runs/qwen2.5-7b", "save_every": 10, "trace_every": 10},
     },
@@ -60,7 +79,6 @@ PRESETS: dict[str, dict[str, dict[str, Any]]] = {
                   "micro_batch_tokens": 16384},
         "data": {"train_file": "data/hotpotqa_train.json", "eval_file": "data/eval_200.json", "train_chunks": 8,
                  "num_train": 8192, "num_eval": 128, "eval_chunk_factors": (1, 2, 4)},
-        "warm_start": {"steps": 0, "pretrain_steps": 0},
         "eval": {"every": 10, "temperature": 0.7, "top_p": 0.95},
         "run": {"steps": 500, "output_dir": "runs/memagent-release", "save_every": 10, "trace_every": 10},
     },

@@ -1,34 +1,26 @@
 """Training configuration: one frozen dataclass per concern, one documented line per field.
 
-Defaults are the `tiny` preset (the embedded demo, `python train.py`); `memagent.config.presets` overrides them for
-`smoke` (tests) and `qwen2.5-7b` (the paper scale). Values are never mutated after construction; derived values are
-properties. Where a default follows DAPO (arXiv 2503.14476) rather than MemAgent's released scripts (arXiv
-2507.02259, verl fork), the field says so.
+Defaults are generic: MemAgent's scale (arXiv 2507.02259, run_memory_7B.sh) under DAPO's recipe (arXiv 2503.14476),
+for any HF model passed as `--model.path`. Where a default follows DAPO rather than MemAgent's released scripts, the
+field says so. `memagent.config.presets` holds `tiny` (the embedded demo, what `python train.py` runs without a model
+path), `smoke` (tests), `smollm2`, `qwen2.5-7b` and `memagent-release`. Values are never mutated after
+construction; derived values are properties. The workflow section is memagent.rollout.WorkflowConfig itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+from memagent.rl.loss import AGG_MODES
+from memagent.rollout.prompts import WorkflowConfig
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The policy: an HF causal LM directory, or the tiny offline model built on first use."""
+    """The policy: an HF causal LM directory."""
 
     path: str = ""
-    """HF model directory; empty = build (once) and use the tiny offline model at `tiny_dir`."""
-    tiny_dir: str = "runs/tiny/model"
-    """Where the tiny model and its tokenizer (trained on the demo task's text) are built when `path` is empty."""
-    tiny_hidden_size: int = 96
-    """Tiny model: width of the residual stream."""
-    tiny_num_layers: int = 3
-    """Tiny model: number of decoder layers."""
-    tiny_intermediate_size: int = 384
-    """Tiny model: width of the SwiGLU MLP."""
-    tiny_vocab_size: int = 512
-    """Tiny model: tokenizer and embedding size."""
+    """HF model directory (required, except with demo.enabled, which builds the tiny model at demo.model_dir)."""
     dtype: str = "auto"
     """Parameter storage: auto (float32; bf16 under DeepSpeed on a bf16 GPU: it keeps fp32 masters), float32, bfloat16."""
     autocast: str = "auto"
@@ -38,30 +30,12 @@ class ModelConfig:
 
 
 @dataclass(frozen=True)
-class WorkflowConfig:
-    """The MemAgent workflow: chunk sizes and token budgets (MemAgent `recurrent.memory.config`)."""
-
-    chunk_tokens: int = 32
-    """Tokens of the document per chunk (MemAgent: 5000)."""
-    memory_tokens: int = 10
-    """Max new tokens of each memory update; the memory is overwritten by it (MemAgent: 1024)."""
-    answer_tokens: int = 8
-    """Max new tokens of the final answer (MemAgent: 1024)."""
-    max_chunks: int = 8
-    """Training cap on chunks per document, by center truncation (MemAgent: 8); evaluation has no cap."""
-    question_tokens: int = 64
-    """Budget for the question tokens in each prompt (MemAgent: 1024)."""
-    initial_memory: str = "No previous memory"
-    """Memory shown with the first chunk (MemAgent's string)."""
-
-
-@dataclass(frozen=True)
 class RolloutConfig:
     """Sampling G trajectories per question and shaping their rewards (DAPO Sec. 3.2 and 3.4)."""
 
-    batch_size: int = 8
+    batch_size: int = 128
     """Questions (groups) per RL step after dynamic sampling (MemAgent: 128)."""
-    group_size: int = 8
+    group_size: int = 16
     """G, rollouts per question; must be >= 2 for a group baseline (MemAgent: 16)."""
     temperature: float = 1.0
     """Rollout sampling temperature (MemAgent: 1.0); the loss uses the same temperature for log-probs."""
@@ -83,10 +57,12 @@ class RolloutConfig:
     """A refill rolls out up to this many times the missing questions, sized by the keep rate seen so far."""
     overlong_shaping: bool = True
     """DAPO soft overlong penalty on the answer length, added to the correctness reward (MemAgent: off)."""
-    overlong_cache_tokens: int = 4
+    overlong_cache_tokens: int = 256
     """L_cache of the overlong penalty: it ramps linearly over the last this-many tokens of `answer_tokens`."""
     overlong_factor: float = 1.0
     """Penalty at the answer cap (DAPO: 1.0)."""
+    verifier: str = "strict"
+    """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent) or lenient (sub-exact match)."""
 
 
 @dataclass(frozen=True)
@@ -122,11 +98,11 @@ class LossConfig:
 class OptimConfig:
     """AdamW, linear warm-up then constant lr, gradient clipping, mini- and micro-batching."""
 
-    lr: float = 3e-4
+    lr: float = 1e-6
     """Peak learning rate (MemAgent: 1e-6)."""
-    warmup_steps: int = 2
+    warmup_steps: int = 320
     """Optimizer updates (not RL steps) of linear warm-up from 0, then constant (MemAgent: 20 RL steps = 20 x mini_batches)."""
-    weight_decay: float = 0.0
+    weight_decay: float = 0.01
     """AdamW decoupled weight decay (MemAgent: 0.01)."""
     beta1: float = 0.9
     """AdamW beta1."""
@@ -136,48 +112,61 @@ class OptimConfig:
     """AdamW epsilon."""
     grad_clip: float = 1.0
     """Max global gradient norm (MemAgent: 1.0); 0 = no clipping. A non-finite norm skips the update."""
-    mini_batches: int = 2
+    mini_batches: int = 16
     """Optimizer updates per RL step; the step's conversations are split into this many (MemAgent: 16)."""
-    micro_batch_tokens: int = 8192
+    micro_batch_tokens: int = 16384
     """Token budget (rows x padded length) of one forward/backward micro-batch; any value gives the same loss."""
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Synthetic long-context training and held-out evaluation data."""
+    """Training and held-out questions: files, or a synthetic generator of memagent.data.TASKS."""
 
-    task: str = "code_lookup"
-    """Synthetic task generator of memagent.data (generate_<task>), used when train_file is empty."""
+    task: str = "hotpotqa_synth"
+    """Synthetic task (a name in memagent.data.TASKS; code_lookup with demo.enabled) when train_file is empty."""
     train_file: str = ""
-    """Training questions from a MemAgent/RULER JSON or JSONL file (memagent.data readers); empty = synthetic."""
+    """Training questions from a MemAgent/RULER JSON, JSONL or Parquet file (memagent.data readers); empty = synthetic."""
     eval_file: str = ""
     """Held-out questions from a file (evaluated at its own length); empty = synthetic at eval_chunk_factors."""
-    train_chunks: int = 2
-    """Document length at training, in chunks (the context has train_chunks * chunk_tokens tokens)."""
-    distractors: int = 0
-    """code_lookup: code lines with other keys in every chunk (0: the needle is the only code line)."""
-    num_train: int = 4000
-    """Training questions (generated once from the seed; the stream reshuffles every epoch)."""
-    num_eval: int = 64
-    """Held-out questions per evaluation length."""
-    eval_chunk_factors: tuple[int, ...] = (1, 4)
-    """Evaluation lengths as multiples of train_chunks (uncapped: evaluation has no max_chunks)."""
+    train_chunks: int = 8
+    """Synthetic document length at training, in chunks (train_chunks * workflow.chunk_tokens context tokens)."""
+    num_train: int = 8192
+    """Synthetic training questions (generated once from the seed; the stream reshuffles every epoch)."""
+    num_eval: int = 128
+    """Synthetic held-out questions per evaluation length."""
+    eval_chunk_factors: tuple[int, ...] = (1, 2, 4)
+    """Synthetic evaluation lengths as multiples of train_chunks (uncapped: evaluation has no max_chunks)."""
     seed: int = 0
-    """Seed of the data generators (held-out data uses seed + 1)."""
+    """Seed of the data generators; held-out set f uses seed + 1000 f + 1, so no set repeats another's documents."""
 
 
 @dataclass(frozen=True)
-class WarmStartConfig:
-    """Supervised warm start on oracle memory traces, run before RL when the output dir has no checkpoint."""
+class DemoConfig:
+    """The embedded demo (memagent.demo, docs/demo.md): a tiny model built offline, the code_lookup task and a
+    supervised warm start on teacher traces before RL. Only used with `enabled` (the `tiny` and `smoke` presets)."""
 
+    enabled: bool = False
+    """Run the demo stage: build the tiny model when model.path is empty, make code_lookup data, warm-start it."""
+    model_dir: str = "runs/tiny/model"
+    """Where the tiny model and its tokenizer (trained on the demo task's text) are built."""
+    hidden_size: int = 96
+    """Tiny model: width of the residual stream."""
+    num_layers: int = 3
+    """Tiny model: number of decoder layers."""
+    intermediate_size: int = 384
+    """Tiny model: width of the SwiGLU MLP."""
+    vocab_size: int = 512
+    """Tiny model: tokenizer and embedding size."""
+    distractors: int = 0
+    """code_lookup: code lines with other keys in every chunk (0: the needle is the only code line)."""
     pretrain_steps: int = 400
-    """Cap on updates of the compact-prompt pretraining (stage 1 of memagent.training.warm_start); 0 = none."""
+    """Cap on updates of the compact-prompt pretraining (stage 1 of memagent.demo.warm_start); 0 = none."""
     pretrain_batch: int = 64
     """Questions per compact-pretraining update (each gives all its oracle conversations; every one fresh)."""
     pretrain_stop_loss: float = 0.05
     """Compact pretraining stops once the mean loss of its last 5 updates is below this (nats/token)."""
     steps: int = 80
-    """SFT updates on the workflow's own prompts (stage 2); 0 = none."""
+    """SFT updates on the workflow's own prompts (stage 2 of the warm start); 0 = none."""
     batch_questions: int = 16
     """Questions per SFT update (each gives all its oracle conversations; every question is fresh)."""
     pretrain_chunks: int = 1
@@ -195,23 +184,23 @@ class WarmStartConfig:
 class EvalConfig:
     """Held-out evaluation (before RL and at the end, and every `every` steps)."""
 
-    every: int = 0
+    every: int = 10
     """Evaluate every this-many RL steps (0 = only before and after RL)."""
-    temperature: float = 0.0
-    """Evaluation temperature (0 = greedy; DESIGN's paper-scale evaluation uses 0.7)."""
-    top_p: float = 1.0
-    """Evaluation nucleus sampling (paper scale: 0.95)."""
+    temperature: float = 0.7
+    """Evaluation temperature (the paper's evaluation: 0.7; 0 = greedy)."""
+    top_p: float = 0.95
+    """Evaluation nucleus sampling (the paper's evaluation: 0.95)."""
 
 
 @dataclass(frozen=True)
 class RunConfig:
-    """Steps, seeds, output, logging, checkpoints and the distributed backend."""
+    """Steps, seeds, output, logging, checkpoints, and DeepSpeed or plain PyTorch for the learner."""
 
-    steps: int = 50
+    steps: int = 500
     """RL steps (each: rollout, dynamic sampling, `mini_batches` optimizer updates)."""
     seed: int = 0
     """Seed of python, numpy, torch and the rollout generator."""
-    output_dir: str = "runs/tiny"
+    output_dir: str = "runs/memagent"
     """Checkpoints, metrics.jsonl, traces and TensorBoard events go here."""
     resume: str = ""
     """Empty = start fresh (refuses a dir that has checkpoints), 'latest' = newest checkpoint in output_dir, or a path."""
@@ -239,7 +228,7 @@ class TrainConfig:
     loss: LossConfig = field(default_factory=LossConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     data: DataConfig = field(default_factory=DataConfig)
-    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    demo: DemoConfig = field(default_factory=DemoConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     run: RunConfig = field(default_factory=RunConfig)
 
@@ -266,12 +255,10 @@ def validate(cfg: TrainConfig) -> None:
         (op.mini_batches >= 1, f"optim.mini_batches={op.mini_batches} must be >= 1"),
         (op.micro_batch_tokens >= 1, "optim.micro_batch_tokens must be >= 1"),
         (op.lr > 0, f"optim.lr={op.lr} must be > 0"),
-        (min(wf.chunk_tokens, wf.memory_tokens, wf.answer_tokens, wf.max_chunks) >= 1,
-         "workflow.chunk_tokens, memory_tokens, answer_tokens and max_chunks must be >= 1"),
         (d.train_chunks >= 1 and d.num_eval >= 0, "data.train_chunks must be >= 1 and data.num_eval >= 0"),
-        (min(cfg.warm_start.chunks, cfg.warm_start.pretrain_chunks) >= 1,
-         "warm_start.chunks and warm_start.pretrain_chunks must be >= 1"),
-        (0 <= cfg.warm_start.teacher_keep_probability <= 1, "warm_start.teacher_keep_probability must be in [0, 1]"),
+        (min(cfg.demo.chunks, cfg.demo.pretrain_chunks) >= 1, "demo.chunks and demo.pretrain_chunks must be >= 1"),
+        (0 <= cfg.demo.teacher_keep_probability <= 1, "demo.teacher_keep_probability must be in [0, 1]"),
+        (cfg.rollout.verifier in ("strict", "lenient"), f"rollout.verifier={cfg.rollout.verifier!r}: strict or lenient"),
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
         (cfg.model.autocast in ("auto", "bfloat16", "off"), f"model.autocast={cfg.model.autocast!r}: auto, bfloat16, off"),
         (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),

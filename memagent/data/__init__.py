@@ -17,11 +17,11 @@ from memagent.data.niah import (
     generate_niah_multivalue,
     generate_niah_single_1,
 )
-from memagent.data.records import Sample
 from memagent.data.rows import FORMATS
 from memagent.data.tasks import DEMO_TASKS, RULER_TASKS, TASKS, make_task
 from memagent.data.variable_tracking import generate_vt
 from memagent.data.word_frequency import generate_cwe, generate_fwe
+from memagent.records import Sample
 
 __all__ = [
     "DEMO_TASKS",

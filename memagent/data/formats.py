@@ -15,8 +15,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from memagent.data.records import Sample
 from memagent.data.rows import FORMATS, FROM_ROW, TO_ROW, TRAIN_COLUMNS, FieldError, detect_row_format
+from memagent.records import Sample
 
 
 def _pyarrow(path: Path) -> Any:

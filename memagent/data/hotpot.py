@@ -15,8 +15,8 @@ import random
 from typing import Any
 
 from memagent.data.length import Stream, TokenCounter, fit_haystack
-from memagent.data.records import Sample
 from memagent.data.words import NameSource, sample_rng
+from memagent.records import Sample
 
 TASK = "hotpotqa_synth"
 JOBS = ("baker", "teacher", "pilot", "farmer", "painter", "doctor", "sailor", "writer", "tailor", "miner")

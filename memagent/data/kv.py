@@ -14,8 +14,8 @@ from __future__ import annotations
 from typing import Any
 
 from memagent.data.length import Stream, TokenCounter, fit_haystack
-from memagent.data.records import Sample
 from memagent.data.words import KV_FILLER, KV_KEYS, sample_rng
+from memagent.records import Sample
 
 ASSIGN = "The value of key {key} is {value}."
 """Line shape of kv_retrieval and kv_last_write."""

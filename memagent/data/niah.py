@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import Any
 
 from memagent.data.length import Stream, TokenCounter, fit_haystack
-from memagent.data.records import Sample
 from memagent.data.words import NOISE_LINE, join_and, sample_rng, seeded_uuid, seven_digit_number, word_key
+from memagent.records import Sample
 
 HAYSTACKS = ("noise", "needle")
 KINDS = ("words", "numbers", "uuids")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from memagent.data.records import Sample
+from memagent.records import Sample
 
 FORMATS = ("eval", "ruler", "train")
 DEFAULT_ABILITY = "memory"

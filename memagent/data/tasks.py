@@ -18,9 +18,9 @@ from memagent.data.niah import (
     generate_niah_multivalue,
     generate_niah_single_1,
 )
-from memagent.data.records import Sample
 from memagent.data.variable_tracking import generate_vt
 from memagent.data.word_frequency import generate_cwe, generate_fwe
+from memagent.records import Sample
 
 TASKS: dict[str, Callable[..., list[Sample]]] = {
     "niah_single_1": generate_niah_single_1,

@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from memagent.data.length import Stream, TokenCounter, fit_haystack
-from memagent.data.records import Sample
 from memagent.data.words import NOISE_LINE, random_letters, sample_rng
+from memagent.records import Sample
 
 
 def chain_lines(names: list[str], value: int) -> list[str]:

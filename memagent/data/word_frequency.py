@@ -16,8 +16,8 @@ import random
 from typing import Any
 
 from memagent.data.length import Stream, TokenCounter, check_length, closest_count, largest_fitting
-from memagent.data.records import Sample
 from memagent.data.words import pseudo_word, random_letters, sample_rng
+from memagent.records import Sample
 
 FWE_NOISE = "..."
 """RULER's rank-1 fwe word: the most frequent, and excluded from the answer."""

@@ -1,4 +1,4 @@
-"""Helpers of the evaluation entry points (evaluate.py, memagent.ask): backends, scoring, traces, tables.
+"""Helpers of the evaluation entry points (evaluate.py, memagent.ask): the model or endpoint to evaluate, scoring, traces, tables.
 
 Nothing here is needed for training; each module has one job and the scripts read top to bottom around them.
 """

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from memagent.data.records import Sample
+from memagent.records import ChatRequest, Sample
 from memagent.rollout.chunking import center_truncate, tokenize_document
 from memagent.rollout.prompts import Messages, fit_question, user_message
-from memagent.rollout.records import ChatRequest
 
 FULL_CONTEXT_TEMPLATE = """\
 Below are a problem and an article that may contain what the problem asks for. Read the article, solve the \

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from memagent.data.records import Sample
+from memagent.records import ChatRequest, Sample
 from memagent.rollout.llm import LLM
-from memagent.rollout.records import ChatRequest
 from memagent.verify import strict_reward
 
 JUDGES = ("strict", "substring", "both")

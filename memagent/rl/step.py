@@ -3,7 +3,7 @@
 Each conversation of each trajectory is one training row (prompt + response, loss on the sampled response tokens).
 The loss of one optimizer update is DAPO's token mean over ALL rows of the mini-batch on ALL data-parallel ranks:
 
-    L = sum_{rows, t} m_t * l_t / N,        N = sum over ranks of the mini-batch's valid tokens (rl-math.md §2)
+    L = sum_{rows, t} m_t * l_t / N,        N = sum over ranks of the mini-batch's valid tokens (docs/rl-math.md §3)
 
 N (num_tokens; num_seqs for the seq-* modes) is counted and all-reduced (SUM) BEFORE the micro-batch loop, each
 micro-batch backpropagates its own sum divided by the global N, and each rank multiplies by the world size W to
@@ -11,8 +11,8 @@ cancel the 1/W of DDP / DeepSpeed gradient averaging. Any micro-batch token budg
 give the same gradient. Ranks run the same number of micro-batches (empty ones where they have fewer rows), since
 ZeRO-3 forward passes and DDP's synced backward are collectives.
 
-What this file leaves out: the math (memagent.rl.loss / kl), and how gradients are reduced and applied (a
-`Backend`, memagent.training.backend).
+What this file leaves out: the math (memagent.rl.loss / kl), and how gradients are reduced and applied (the
+callables come from a `Learner`, memagent.training.learner).
 """
 
 from __future__ import annotations
@@ -24,30 +24,11 @@ import torch
 from torch import Tensor, nn
 
 from memagent.model.logprobs import token_logprobs
+from memagent.progress import progress
+from memagent.records import TrainRow
 from memagent.rl.kl import kl_penalty
 from memagent.rl.loss import aggregate, policy_loss
-
-
-@dataclass
-class TrainRow:
-    """One conversation ready for the loss: prompt + response ids and per-response-token inputs."""
-
-    input_ids: list[int]
-    """Prompt then response token ids."""
-    prompt_len: int
-    """Number of prompt tokens at the start of input_ids (never trained on)."""
-    response_mask: list[int]
-    """[len(input_ids) - prompt_len] 1 = sampled by the policy (trained), 0 = forced."""
-    advantage: float
-    """The trajectory's group advantage, broadcast to this conversation."""
-    old_logprobs: Tensor | None = None
-    """[response length] float32 log-probs under the policy before the update (recomputed, no grad)."""
-    ref_logprobs: Tensor | None = None
-    """[response length] float32 log-probs under the frozen reference model (KL only)."""
-
-    @property
-    def num_trained_tokens(self) -> int:
-        return int(sum(self.response_mask))
+from memagent.rl.packing import pack_by_length, pack_by_token_budget  # noqa: F401 (pack_by_token_budget: re-exported)
 
 
 @dataclass
@@ -66,24 +47,6 @@ class MicroBatch:
     """[B, T] float32 (0 off the loss mask)."""
     ref_logp: Tensor | None
     """[B, T] float32 or None."""
-
-
-def pack_by_token_budget(lengths: list[int], budget: int) -> list[list[int]]:
-    """Group row indices, in order, so each group's padded size (rows x longest row) fits `budget` tokens.
-
-    A row longer than the budget gets a micro-batch of its own. Sorting is left to the caller: keeping the order
-    keeps the packing (and the float summation order) a pure function of the rows.
-    """
-    groups: list[list[int]] = []
-    longest = 0
-    for i, n in enumerate(lengths):
-        if groups and (len(groups[-1]) + 1) * max(longest, n) <= budget:
-            groups[-1].append(i)
-            longest = max(longest, n)
-        else:
-            groups.append([i])
-            longest = n
-    return groups
 
 
 def collate(rows: list[TrainRow], pad_id: int, device: torch.device) -> MicroBatch:
@@ -116,8 +79,9 @@ def collate(rows: list[TrainRow], pad_id: int, device: torch.device) -> MicroBat
 
 
 def micro_batches(rows: list[TrainRow], budget: int, count: int | None = None) -> list[list[TrainRow]]:
-    """Rows packed by token budget, padded with empty micro-batches up to `count` (the max over ranks)."""
-    packs = [[rows[i] for i in g] for g in pack_by_token_budget([len(r.input_ids) for r in rows], budget)]
+    """Rows packed by token budget, similar lengths together (packing.pack_by_length: any grouping gives the same
+    loss, docs/rl-math.md §3), padded with empty micro-batches up to `count` (the max over ranks)."""
+    packs = [[rows[i] for i in g] for g in pack_by_length([len(r.input_ids) for r in rows], budget)]
     return packs + [[] for _ in range(max(0, (count or 0) - len(packs)))]
 
 
@@ -127,13 +91,13 @@ def response_logprobs(
     num_micro: int | None = None,
 ) -> list[Tensor]:
     """Per-row [response length] float32 log-probs under `model` (no grad): the old policy or the reference."""
-    out: list[Tensor] = []
+    by_row: dict[int, Tensor] = {}  # id(row) -> its log-probs: micro-batches hold rows out of input order
     for pack in micro_batches(rows, budget, num_micro):
         mb = collate(pack, pad_id, device)
         logp = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature=temperature,
                               target_mask=mb.loss_mask).logprobs.float().cpu()
-        out.extend(logp[i, r.prompt_len : len(r.input_ids)] for i, r in enumerate(pack))
-    return out
+        by_row.update((id(r), logp[i, r.prompt_len : len(r.input_ids)]) for i, r in enumerate(pack))
+    return [by_row[id(r)] for r in rows]
 
 
 def micro_batch_counts(minis: list[list[TrainRow]], budget: int,
@@ -192,7 +156,7 @@ def accumulate_gradients(
     """Forward/backward every micro-batch of `rows`; gradients accumulate, nothing is stepped.
 
     clip_low ... kl_kind: the loss settings of memagent.rl.loss.policy_loss and memagent.rl.kl.kl_penalty (kl_coef 0 =
-    no KL term). `backward(loss, is_last)` is the backend's (DDP no_sync / DeepSpeed boundary on the last one). Returns the
+    no KL term). `backward(loss, is_last)` is the learner's (DDP no_sync / DeepSpeed boundary on the last one). Returns the
     step's metrics: "loss" (this rank's share of the global loss, times W), token-weighted "clipfrac",
     "clipfrac_lower", "approx_kl", "entropy", and "kl" when a reference is used.
     """
@@ -242,3 +206,33 @@ def split_mini_batches(rows: list[TrainRow], n: int) -> list[list[TrainRow]]:
         out.append(rows[start:end])
         start = end
     return out
+
+
+def update_policy(
+    model: nn.Module, minis: list[list[TrainRow]], counts: list[int], *, clip_low: float, clip_high: float,
+    clip_c: float | None, agg: str, norm_len: float | None, kl_coef: float, kl_kind: str, world_size: int,
+    budget: int, pad_id: int, temperature: float, device: torch.device,
+    all_reduce_sum: Callable[[Tensor], Tensor], backward: Callable[[Tensor, bool], None],
+    optimizer_step: Callable[[], tuple[float, bool]], show_progress: bool = False,
+) -> list[dict[str, float]]:
+    """Step 6: one optimizer update per mini-batch (`counts[i]` micro-batches each, from micro_batch_counts).
+
+    For each mini-batch: count its trained tokens over all ranks BEFORE the micro-batch loop (the global normalizer,
+    docs/rl-math.md §3), accumulate every micro-batch's gradient, then `optimizer_step()` -> (grad norm, skipped).
+    A mini-batch with no trained token on any rank is skipped by every rank alike. Returns each update's metrics
+    (accumulate_gradients' plus "grad_norm" and "skipped").
+    """
+    updates: list[dict[str, float]] = []
+    for mini, num_micro in progress(list(zip(minis, counts)), desc="update", enabled=show_progress):
+        num_tokens, num_seqs = global_counts(mini, all_reduce_sum)
+        if num_tokens == 0:
+            continue
+        metrics = accumulate_gradients(
+            model, mini, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, agg=agg, norm_len=norm_len,
+            kl_coef=kl_coef, kl_kind=kl_kind, num_tokens=num_tokens, num_seqs=num_seqs, world_size=world_size,
+            budget=budget, pad_id=pad_id, temperature=temperature, device=device, backward=backward,
+            num_micro=num_micro)
+        grad_norm, skipped = optimizer_step()
+        metrics["grad_norm"], metrics["skipped"] = grad_norm, float(skipped)
+        updates.append(metrics)
+    return updates

@@ -1,11 +1,11 @@
 """Rollout: sampling, the KV-cache generation engine, agents and the MemAgent workflow."""
 
+from memagent.records import ChatRequest, Completion, Conversation, Trajectory
 from memagent.rollout.agents import AgentResult, single_turn_agent
 from memagent.rollout.chunking import center_truncate, iter_chunks, tokenize_document
 from memagent.rollout.generate import GenerateOutput, generate
 from memagent.rollout.llm import LLM, LocalLLM
-from memagent.rollout.prompts import MemoryConfig
-from memagent.rollout.records import ChatRequest, Completion, Conversation, Trajectory
+from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.scheduler import run_agents
 from memagent.rollout.tool_agent import calculator_agent
@@ -19,7 +19,7 @@ __all__ = [
     "Conversation",
     "GenerateOutput",
     "LocalLLM",
-    "MemoryConfig",
+    "WorkflowConfig",
     "SamplingParams",
     "Trajectory",
     "calculator_agent",

@@ -23,8 +23,8 @@ from typing import TypeVar
 
 import torch
 
+from memagent.records import TURN, ChatRequest, Completion, Conversation
 from memagent.rollout.prompts import user_message
-from memagent.rollout.records import TURN, ChatRequest, Completion, Conversation
 
 R = TypeVar("R")
 Agent = Generator[ChatRequest, Completion, R]

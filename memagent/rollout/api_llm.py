@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from transformers import PreTrainedTokenizerBase
 
-from memagent.rollout.records import ChatRequest, Completion
+from memagent.records import ChatRequest, Completion
 
 # 429 = rate limited, 5xx = the server's fault: both are worth another try. Other 4xx are our fault: retrying
 # the same body would fail the same way.

@@ -13,10 +13,10 @@ from typing import Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from memagent.rollout.generate import PLAIN_SAMPLING, generate
-from memagent.records import ChatRequest, Completion
-from memagent.rollout.sampling import SamplingParams
 from memagent.model.shape import rows_per_call, shape_from_config
+from memagent.records import ChatRequest, Completion
+from memagent.rollout.generate import PLAIN_SAMPLING, generate
+from memagent.rollout.sampling import SamplingParams
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")
 """Tokens that end a turn besides the tokenizer's eos (ChatML end of turn, Qwen's end of text)."""

@@ -7,7 +7,7 @@ blocks, ending with "Your answer:". Each prompt is sent as a single user message
 template adds its own default system prompt (Qwen2.5's, as MemAgent does) and the generation prompt. The
 wording is ours; MemAgent's trailing space after `<problem>` is left out.
 
-Question budget: a question longer than `MemoryConfig.question_tokens` tokens keeps its *last* question_tokens
+Question budget: a question longer than `WorkflowConfig.question_tokens` tokens keeps its *last* question_tokens
 tokens (`fit_question`). Task questions put their instructions first and the query itself last ("... Question:
 who ...?"), so the end is the part to keep; the prompt then stays within question + memory + chunk + template
 tokens, as MemAgent sizes its prompt window (memory.py L33-34).
@@ -62,17 +62,17 @@ eval modes, not the doubled braces its sync trainer shows by accident)."""
 
 
 @dataclass(frozen=True)
-class MemoryConfig:
-    """Budgets of the MemAgent workflow, at the paper's scale by default (docs/workflow.md)."""
+class WorkflowConfig:
+    """The MemAgent workflow: chunk size and token budgets, at the paper's scale by default (docs/workflow.md)."""
 
     chunk_tokens: int = 5000
     """Document tokens per chunk (policy tokenizer, no special tokens), at fixed offsets [k*C, (k+1)*C)."""
     memory_tokens: int = 1024
-    """Max new tokens of each memory update; the memory is the whole (possibly cut) update."""
+    """Max new tokens of each memory update; the memory is overwritten by the whole (possibly cut) update."""
     answer_tokens: int = 1024
     """Max new tokens of the final answer."""
     max_chunks: int | None = 8
-    """Training cap: center-truncate documents to max_chunks * chunk_tokens tokens; None = no cap (eval)."""
+    """Training cap: center-truncate documents to max_chunks * chunk_tokens tokens; none = no cap (evaluation)."""
     question_tokens: int = 1024
     """Prompt budget for the question; a longer one keeps its last question_tokens tokens (`fit_question`)."""
     initial_memory: str = "No previous memory"
@@ -81,9 +81,9 @@ class MemoryConfig:
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
             if getattr(self, name) < 1:
-                raise ValueError(f"MemoryConfig: {name} must be >= 1, got {getattr(self, name)}")
+                raise ValueError(f"workflow.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_chunks is not None and self.max_chunks < 1:
-            raise ValueError(f"MemoryConfig: max_chunks must be >= 1 or None (no cap), got {self.max_chunks}")
+            raise ValueError(f"workflow.max_chunks must be >= 1 or None (no cap), got {self.max_chunks}")
 
     @property
     def max_document_tokens(self) -> int | None:

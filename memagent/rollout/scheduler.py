@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+from memagent.records import ChatRequest, Completion
 from memagent.rollout.agents import Agent
 from memagent.rollout.llm import LLM
-from memagent.rollout.records import ChatRequest, Completion
 
 R = TypeVar("R")
 

@@ -29,9 +29,9 @@ from fractions import Fraction
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from memagent.records import TURN, ChatRequest, Completion, Conversation
 from memagent.rollout.agents import AgentResult
 from memagent.rollout.prompts import user_message
-from memagent.rollout.records import TURN, ChatRequest, Completion, Conversation
 
 CALCULATOR_PROMPT = """\
 Solve the problem below. You may use a calculator: write <tool>expression</tool> with numbers, + - * / and \

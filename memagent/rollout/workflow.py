@@ -31,7 +31,7 @@ from collections.abc import Generator
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from memagent.data.records import Sample
+from memagent.records import ANSWER, MEMORY, ChatRequest, Completion, Conversation, Sample, Trajectory
 from memagent.rollout.agents import AgentResult, conversation_from_completion
 from memagent.rollout.chunking import (
     TokenIds,
@@ -42,18 +42,17 @@ from memagent.rollout.chunking import (
 )
 from memagent.rollout.llm import LLM
 from memagent.rollout.prompts import (
-    MemoryConfig,
+    WorkflowConfig,
     fit_question,
     render_final_answer,
     render_memory_update,
     user_message,
 )
-from memagent.rollout.records import ANSWER, MEMORY, ChatRequest, Completion, Conversation, Trajectory
 from memagent.rollout.scheduler import run_agents
 
 
 def prepare_document(
-    document: str | TokenIds, tokenizer: PreTrainedTokenizerBase, config: MemoryConfig
+    document: str | TokenIds, tokenizer: PreTrainedTokenizerBase, config: WorkflowConfig
 ) -> np.ndarray:
     """Document token ids ([T] int32), center-truncated to config.max_document_tokens when there is a cap.
 
@@ -77,7 +76,7 @@ def memagent_agent(
     question: str,
     document: str | TokenIds,
     tokenizer: PreTrainedTokenizerBase,
-    config: MemoryConfig,
+    config: WorkflowConfig,
     *,
     keep_prompt_ids: bool = True,
 ) -> Generator[ChatRequest, Completion, AgentResult]:
@@ -108,7 +107,7 @@ def memagent_agent(
 def run_memagent(
     samples: list[Sample],
     llm: LLM,
-    config: MemoryConfig,
+    config: WorkflowConfig,
     *,
     group_size: int = 1,
     keep_prompt_ids: bool = True,

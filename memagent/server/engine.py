@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from memagent.records import ChatRequest, Completion
 from memagent.rollout.llm import LocalLLM
-from memagent.rollout.records import ChatRequest, Completion
 from memagent.rollout.sampling import SamplingParams
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from memagent.rollout.records import Completion
+from memagent.records import Completion
 from memagent.server.engine import BatchingEngine, RequestTimeout
 from memagent.server.requests import ApiError, parse_chat_body
 

@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 from transformers import PreTrainedTokenizerBase
 
-from memagent.rollout.records import ChatRequest
+from memagent.records import ChatRequest
 from memagent.rollout.sampling import SamplingParams
 
 ROLES = ("system", "user", "assistant")

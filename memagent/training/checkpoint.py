@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from memagent.training.backend import Backend
+from memagent.training.learner import Learner
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
 ASIDE_DIR = re.compile(r"^\.old-step_(\d{6,})$")
@@ -104,27 +104,27 @@ def _fsync_dir(path: Path) -> None:
 
 
 def save_checkpoint(
-    backend: Backend, tokenizer: Any, output_dir: str | Path, step: int, trainer_state: dict[str, Any],
+    learner: Learner, tokenizer: Any, output_dir: str | Path, step: int, trainer_state: dict[str, Any],
     generator: torch.Generator, *, keep: int,
 ) -> Path:
     """Write checkpoint `step` atomically (all ranks call this; rank 0 renames). Returns its final path."""
     root = checkpoint_root(output_dir)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}"
-    if backend.rank == 0:
+    if learner.rank == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-    backend.barrier()
-    with backend.full_parameters() as module:
-        if backend.rank == 0:
+    learner.barrier()
+    with learner.full_parameters() as module:
+        if learner.rank == 0:
             module.save_pretrained(tmp / "model", safe_serialization=True)
             tokenizer.save_pretrained(tmp / "model")
-    backend.save_optimizer(tmp)
-    torch.save(rng_state(generator), tmp / f"rng_rank{backend.rank}.pt")
-    if backend.rank == 0:
+    learner.save_optimizer(tmp)
+    torch.save(rng_state(generator), tmp / f"rng_rank{learner.rank}.pt")
+    if learner.rank == 0:
         (tmp / "trainer_state.json").write_text(json.dumps({"step": step, **trainer_state}, indent=1, default=str))
-    backend.barrier()
-    if backend.rank == 0:
+    learner.barrier()
+    if learner.rank == 0:
         _fsync_tree(tmp)
         aside = root / f".old-step_{step:06d}"
         if final.exists():  # re-saving a step (e.g. after a resume): move the old copy aside, never delete it first
@@ -136,25 +136,25 @@ def save_checkpoint(
         shutil.rmtree(aside, ignore_errors=True)
         for old in list_checkpoints(output_dir)[:-keep]:
             shutil.rmtree(old)
-    backend.barrier()
+    learner.barrier()
     return final
 
 
-def load_checkpoint(backend: Backend, path: Path, generator: torch.Generator) -> dict[str, Any]:
+def load_checkpoint(learner: Learner, path: Path, generator: torch.Generator) -> dict[str, Any]:
     """Restore weights, optimizer, schedule and RNG states in place; returns trainer_state.json."""
     from safetensors.torch import load_file
 
     state = json.loads((path / "trainer_state.json").read_text())
-    if not backend.optimizer_restores_weights:
+    if not learner.optimizer_restores_weights:
         weights: dict[str, torch.Tensor] = {}
         for file in sorted((path / "model").glob("*.safetensors")):
             weights.update(load_file(str(file), device="cpu"))
-        missing, unexpected = backend.unwrapped.load_state_dict(weights, strict=False)
+        missing, unexpected = learner.unwrapped.load_state_dict(weights, strict=False)
         # Tied embeddings are saved once; anything else missing means a different model.
         if unexpected or any("lm_head" not in k for k in missing):
             raise ValueError(f"{path}: checkpoint does not match the model (missing {missing}, unexpected {unexpected})")
-    backend.load_optimizer(path)
-    rng_file = path / f"rng_rank{backend.rank}.pt"
+    learner.load_optimizer(path)
+    rng_file = path / f"rng_rank{learner.rank}.pt"
     if not rng_file.is_file():
         raise FileNotFoundError(f"{rng_file}: resuming needs the same number of ranks as the checkpointed run")
     set_rng_state(torch.load(rng_file, weights_only=False), generator)

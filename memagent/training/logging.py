@@ -1,4 +1,4 @@
-"""Rank-0 logging: one line per step, metrics as JSONL, TensorBoard when installed, progress bars, text traces.
+"""Rank-0 logging: one line per step, metrics as JSONL, TensorBoard when installed, text traces.
 
 Metric keys are namespaced (`rollout/`, `loss/`, `perf/`, `eval/`); the console line shows a fixed selection.
 Track reward and accuracy, not the loss: on-policy the surrogate is about 0 (TRL #3452).
@@ -7,15 +7,11 @@ Track reward and accuracy, not the loss: on-policy the surrogate is about 0 (TRL
 from __future__ import annotations
 
 import json
-import sys
 import time
-from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from memagent.rollout.records import MEMORY, Trajectory
-
-T = TypeVar("T")
+from memagent.records import MEMORY, Trajectory
 
 CONSOLE = (
     ("rollout/reward", "reward", "{:.3f}"), ("rollout/accuracy", "acc", "{:.3f}"),
@@ -69,19 +65,6 @@ def console_line(step: int, metrics: dict[str, float]) -> str:
     return " | ".join(parts)
 
 
-def progress(items: Iterable[T], *, desc: str, total: int | None = None, enabled: bool = True) -> Iterator[T]:
-    """tqdm when installed and enabled (stderr), else the items unchanged."""
-    if not enabled:
-        yield from items
-        return
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        yield from items
-        return
-    yield from tqdm(items, desc=desc, total=total, leave=False, file=sys.stderr, dynamic_ncols=True)
-
-
 def write_traces(path: Path, step: int, trajectories: list[Trajectory], questions: list[str], golds: list[list[str]],
                  *, limit: int = 4) -> None:
     """Readable text: for a few trajectories, the question, the memory after each chunk, the answer, the reward."""
@@ -96,6 +79,7 @@ def write_traces(path: Path, step: int, trajectories: list[Trajectory], question
                 cut = "" if conv.finished else "  [cut at the memory budget]"
                 lines.append(f"memory after chunk {conv.chunk_index}: {conv.text!r}{cut}")
         lines.append(f"answer: {traj.answer!r}")
-        lines.append(f"reward: {traj.reward:.3f}  correct: {traj.extras.get('correct', 0.0):.0f}")
+        if traj.reward is not None:
+            lines.append(f"reward: {traj.reward.total:.3f}  correct: {traj.reward.correct:.2f}")
         lines.append("")
     path.write_text("\n".join(lines))

@@ -1,63 +1,78 @@
-"""Plumbing of train.py: output dir, seeds, device, process group, model and tokenizer, data, warm start, backend,
-resume.
+"""Plumbing of train.py: output dir, seeds, device, process group, model and tokenizer, data, an optional pre-RL
+stage, the learner, resume.
 
-Order matters: the supervised warm start trains the plain model BEFORE a backend wraps it (DeepSpeed copies the
-weights into its own flat or partitioned buffers at wrap time; training the module afterwards would be undone by
-ZeRO-1's first step, double-count gradients under ZeRO-2 and meet empty partitions under ZeRO-3), and the KL
-reference is a copy of the warm-started model, i.e. the policy RL starts from. The warm-started model is also saved
-to OUTPUT_DIR/warm_start (the reference of a resumed run, and a model to evaluate on its own).
-Everything here fails early with a clear message (empty data, fewer questions than a batch, an unwritable
-output dir, group_size < 2 is refused by the config itself).
+Order matters: a pre-RL stage (the demo's supervised warm start) trains the plain model BEFORE the learner wraps it
+(DeepSpeed copies the weights into its own flat or partitioned buffers at wrap time; training the module afterwards
+would be undone by ZeRO-1's first step, double-count gradients under ZeRO-2 and meet empty partitions under ZeRO-3),
+and the KL reference is a copy of the model RL starts from. A warm-started model is also saved to
+OUTPUT_DIR/warm_start (the reference of a resumed run, and a model to evaluate on its own).
+Everything here fails early with a clear message (no model path, empty data, fewer questions than a batch, an
+unwritable output dir; group_size < 2 is refused by the config itself).
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import os
 import random
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
 from memagent.config import TrainConfig
-from memagent.data.records import Sample
-from memagent.model import build_tiny_model, load_model, load_tokenizer
+from memagent.data import TASKS, make_task, read_samples
+from memagent.model import load_model, load_tokenizer
 from memagent.model.precision import autocast, storage_dtype, training_autocast
-from memagent.rollout.prompts import MemoryConfig
-from memagent.training.backend import (
-    Backend,
+from memagent.records import Sample
+from memagent.training.checkpoint import list_checkpoints, resolve_resume
+from memagent.training.learner import (
+    Learner,
     dist_env,
     init_process_group,
-    make_backend,
+    make_learner,
     pick_device,
     resolve_deepspeed_path,
 )
-from memagent.training.checkpoint import list_checkpoints, resolve_resume
-from memagent.training.demo_task import corpus, generate_code_lookup
-from memagent.training.warm_start import compact_pretrain, warm_start
+
+
+class PreRLStage(Protocol):
+    """An optional stage before RL (the demo's, memagent.demo.DemoStage): a model, data, and a warm start."""
+
+    def model_path(self, rank: int, barrier: Callable[[], None]) -> str:
+        """The policy's HF directory (the stage may build it; rank 0 only, then `barrier()`)."""
+        ...
+
+    def data(self, tokenizer: Any) -> tuple[list[Sample], dict[str, list[Sample]]] | None:
+        """Training and held-out questions of the stage's own task, or None to use data.* as usual."""
+        ...
+
+    def warm_start(self, model: nn.Module, tokenizer: Any, device: torch.device, rank: int) -> bool:
+        """Train the unwrapped model before RL; return whether it changed."""
+        ...
 
 
 @dataclass
-class Run:
-    """What the training loop works with, built once."""
+class TrainingSetup:
+    """What the training loop works with, built once by `set_up_training`."""
 
     cfg: TrainConfig
-    backend: Backend
+    learner: Learner
+    """The policy, its optimizer and the collectives (one process, DDP or DeepSpeed)."""
     tokenizer: Any
-    memory: MemoryConfig
     train: list[Sample]
     heldout: dict[str, list[Sample]]
+    """Held-out sets by name ("1x", "4x": multiples of the training length; or "file")."""
     generator: torch.Generator
+    """The rollout sampler's random stream (seeded per rank; saved in checkpoints)."""
     device: torch.device
     reference: nn.Module | None
+    """Frozen KL reference (only with loss.kl_coef > 0)."""
     resume_from: Path | None
     autocast_dtype: torch.dtype | None = None
     """bf16 autocast of rollout, log-prob and update forwards over the fp32 weights (memagent.model.precision)."""
@@ -84,108 +99,59 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def model_path(cfg: TrainConfig, rank: int, barrier: Any) -> str:
-    """cfg.model.path, or the tiny model (tokenizer trained on the demo task's text), built once by rank 0."""
-    if cfg.model.path:
-        return cfg.model.path
-    m = cfg.model
-    path = Path(m.tiny_dir)
-    if rank == 0 and not (path / "config.json").is_file():
-        build_tiny_model(path, hidden_size=m.tiny_hidden_size, num_layers=m.tiny_num_layers,
-                         intermediate_size=m.tiny_intermediate_size, vocab_size=m.tiny_vocab_size,
-                         corpus=corpus(), seed=cfg.run.seed)
-    barrier()
-    return str(path)
+def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[list[Sample], dict[str, list[Sample]]]:
+    """Training questions and held-out sets: files, or a memagent.data.TASKS generator at the workflow's length.
 
-
-def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[
-        list[Sample], list[Sample], Callable[[int], list[Sample]] | None, dict[str, list[Sample]]]:
-    """Training questions, SFT and compact-pretraining questions, held-out sets keyed "{N}x" (N x training chunks).
-
-    The generators' seeds differ per set (RL d.seed, SFT d.seed + 7, compact-pretraining update u
-    d.seed + 100003 + u, held-out d.seed + 1000 f + 1), so no set repeats another's documents.
+    Synthetic sets: training train_chunks x chunk_tokens context tokens (seed d.seed); held-out set "{f}x" f times
+    that (seed d.seed + 1000 f + 1), so no set repeats another's documents.
     """
-    d, wf = cfg.data, cfg.workflow
+    d, chunk = cfg.data, cfg.workflow.chunk_tokens
     if d.train_file:
-        from memagent import data as data_module
+        return read_samples(d.train_file), ({"file": read_samples(d.eval_file)} if d.eval_file else {})
+    if d.task not in TASKS:
+        hint = " (the demo's task: pass --preset tiny or --demo.enabled true)" if d.task == "code_lookup" else ""
+        raise ValueError(f"data.task={d.task!r}: expected one of {sorted(TASKS)}{hint}, or pass data.train_file")
+    train = make_task(d.task, tokenizer, d.train_chunks * chunk, d.num_train, seed=d.seed)
+    heldout = {f"{f}x": make_task(d.task, tokenizer, d.train_chunks * chunk * f, d.num_eval, seed=d.seed + 1000 * f + 1)
+               for f in d.eval_chunk_factors}
+    return train, heldout
 
-        reader = getattr(data_module, "read_samples", None)
-        if reader is None:
-            raise NotImplementedError("data.train_file needs memagent.data.read_samples, which is not available")
-        train = reader(d.train_file)
-        heldout = {"file": reader(d.eval_file)} if d.eval_file else {}
-        warm: list[Sample] = []
-        pretrain = None
-    else:
-        if d.task != "code_lookup":
-            raise ValueError(f"data.task={d.task!r}: the synthetic trainer task is 'code_lookup' (or pass data.train_file)")
-        make = lambda n, chunks, seed: generate_code_lookup(  # noqa: E731
-            tokenizer, num_chunks=chunks, chunk_tokens=wf.chunk_tokens, num_samples=n, seed=seed,
-            distractors=d.distractors)
-        train = make(d.num_train, d.train_chunks, d.seed)
-        ws = cfg.warm_start
-        warm = make(ws.steps * ws.batch_questions, ws.chunks, d.seed + 7) if ws.steps > 0 else []
-        pretrain = None
-        if ws.pretrain_steps > 0:
-            pretrain = lambda u: make(ws.pretrain_batch, ws.pretrain_chunks, d.seed + 100_003 + u)  # noqa: E731
-        heldout = {f"{f}x": make(d.num_eval, d.train_chunks * f, d.seed + 1000 * f + 1) for f in d.eval_chunk_factors}
+
+def check_data(cfg: TrainConfig, train: list[Sample]) -> None:
     if not train:
         raise ValueError("the training set is empty: pass --data.num-train > 0 or a non-empty data.train_file")
     if len(train) < cfg.rollout.batch_size:
         raise ValueError(f"the training set has {len(train)} questions, fewer than rollout.batch_size="
                          f"{cfg.rollout.batch_size}: lower the batch size or add questions")
-    return train, warm, pretrain, heldout
 
 
-def warm_start_model(cfg: TrainConfig, model: nn.Module, tokenizer: Any, memory: MemoryConfig, warm: list[Sample],
-                     pretrain: Callable[[int], list[Sample]] | None, device: torch.device, rank: int) -> bool:
-    """Compact pretraining, then SFT on the workflow's traces (memagent.training.warm_start), on the unwrapped model.
-    Every rank trains its own copy on the same questions. Returns whether any update ran."""
-    show = cfg.run.progress and rank == 0
-    budget = cfg.optim.micro_batch_tokens
-    ran = False
-    if pretrain is not None:
-        t = time.perf_counter()
-        losses = compact_pretrain(model, tokenizer, pretrain, memory, cfg.warm_start, device=device, budget=budget,
-                                  show=show)
-        ran = True
-        if rank == 0:
-            print(f"compact pretrain: {len(losses)} updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
-                  f"({time.perf_counter() - t:.0f} s)", flush=True)
-    if cfg.warm_start.steps > 0 and warm:
-        t = time.perf_counter()
-        losses = warm_start(model, tokenizer, warm, memory, cfg.warm_start, seed=cfg.run.seed, device=device,
-                            budget=budget, show=show)
-        ran = True
-        if rank == 0:
-            print(f"warm start: {len(losses)} SFT updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "
-                  f"({time.perf_counter() - t:.0f} s)", flush=True)
-    return ran
-
-
-def build_run(cfg: TrainConfig) -> Run:
-    """Set up everything in order; see the module docstring for the checks."""
+def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> TrainingSetup:
+    """Set up everything in order (module docstring); `stage` is the optional pre-RL stage."""
     rank, world, local_rank = dist_env()
+    if not cfg.model.path and stage is None:
+        raise ValueError("model.path is empty: pass --model.path DIR (an HF model directory), or run the demo "
+                         "(no --model.path, or --preset tiny)")
     out = check_output_dir(cfg.run.output_dir, cfg.run.resume)
     resume_from = resolve_resume(cfg.run.resume, out)
     device = pick_device(cfg.run.device, local_rank)
     init_process_group(device)
     barrier = (lambda: torch.distributed.barrier()) if world > 1 else (lambda: None)
     seed_everything(cfg.run.seed)
-    path = model_path(cfg, rank, barrier)
+    path = stage.model_path(rank, barrier) if stage is not None else cfg.model.path
     tokenizer = load_tokenizer(path)
     deepspeed_path = resolve_deepspeed_path(cfg.run.deepspeed, os.environ)
     dtype = storage_dtype(cfg.model.dtype, device, deepspeed=bool(deepspeed_path))  # fp32 masters unless DeepSpeed
     amp = training_autocast(cfg.model.autocast, device, dtype)
     model = load_model(path, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
     model.train()
-    memory = MemoryConfig(**dataclasses.asdict(cfg.workflow))
-    train, warm, pretrain, heldout = load_data(cfg, tokenizer)
+    data = stage.data(tokenizer) if stage is not None else None
+    train, heldout = data if data is not None else load_data(cfg, tokenizer)
+    check_data(cfg, train)
     if rank == 0:
-        (out / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=1))
+        (out / "config.json").write_text(json.dumps(asdict(cfg), indent=1))
     warm_dir = out / "warm_start"
     with autocast(device, amp):
-        warmed = resume_from is None and warm_start_model(cfg, model, tokenizer, memory, warm, pretrain, device, rank)
+        warmed = resume_from is None and stage is not None and stage.warm_start(model, tokenizer, device, rank)
     if warmed:
         if rank == 0:
             model.save_pretrained(warm_dir)
@@ -196,5 +162,5 @@ def build_run(cfg: TrainConfig) -> Run:
             warm_dir if (warm_dir / "config.json").is_file() else path, dtype=dtype, device=device)
         reference.eval().requires_grad_(False)
     generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
-    backend = make_backend(model, cfg.optim, device, deepspeed_path, dtype)
-    return Run(cfg, backend, tokenizer, memory, train, heldout, generator, device, reference, resume_from, amp)
+    learner = make_learner(model, cfg.optim, device, deepspeed_path, dtype)
+    return TrainingSetup(cfg, learner, tokenizer, train, heldout, generator, device, reference, resume_from, amp)

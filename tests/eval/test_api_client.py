@@ -9,10 +9,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from memagent.records import ChatRequest
 from memagent.rollout.api_llm import OpenAIChatLLM
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.prompts import user_message
-from memagent.rollout.records import ChatRequest
 from memagent.rollout.sampling import SamplingParams
 from memagent.serve import BatchingEngine, ChatServer
 

@@ -11,11 +11,11 @@ from memagent.serve import BatchingEngine, ChatServer
 DOCUMENT = "\n".join(f"Line {i}: the grass is green and the sky is blue." for i in range(16)) + "\nThe key is 4721.\n"
 
 
-def _ask(tmp_path, *backend: str) -> list[str]:
+def _ask(tmp_path, *flags: str) -> list[str]:
     doc = tmp_path / "doc.txt"
     doc.write_text(DOCUMENT)
     return ["--document", str(doc), "--question", "What is the key?", "--chunk-tokens", "128",
-            "--memory-tokens", "6", "--answer-tokens", "6", "--greedy", *backend]
+            "--memory-tokens", "6", "--answer-tokens", "6", "--greedy", *flags]
 
 
 def test_ask_prints_the_memory_after_every_chunk_then_the_answer(tiny_model_dir, tmp_path, capsys):

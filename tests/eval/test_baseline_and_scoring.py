@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from memagent.data.records import Sample
 from memagent.evaluation.baseline import full_context_prompt
 from memagent.evaluation.scoring import STRING_MATCH_ALL, SUB_EM, score_answer
 from memagent.evaluation.tables import aggregate
+from memagent.records import Sample
 
 WORDS = [f"w{i:04d}" for i in range(600)]
 

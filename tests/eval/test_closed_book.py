@@ -11,7 +11,7 @@ from memagent.rollout import ChatRequest, Completion, LocalLLM, SamplingParams
 
 
 class FixedAnswerLLM:
-    """A backend that answers every chat with the same text: a legitimate LLM implementation for the filter,
+    """An LLM that answers every chat with the same text: a legitimate LLM implementation for the filter,
     whose outcome is then known in advance. Records the requests it was sent."""
 
     def __init__(self, text: str, error: str | None = None) -> None:
@@ -69,7 +69,7 @@ def test_unknown_judge_is_refused():
 
 
 def test_a_random_tiny_model_answers_nothing_so_everything_is_kept(tiny_model, tiny_tokenizer):
-    """End to end on the real local backend: the untrained tiny model cannot know 7-digit magic numbers."""
+    """End to end on the real local LLM: the untrained tiny model cannot know 7-digit magic numbers."""
     llm = LocalLLM(tiny_model, tiny_tokenizer, params=SamplingParams(), generator=torch.Generator().manual_seed(0))
     samples = [
         Sample("x", f"What is the special magic number for key {i}?", [f"{4821937 + i}"], index=i)

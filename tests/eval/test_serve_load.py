@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from memagent.records import ChatRequest
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.prompts import user_message
-from memagent.rollout.records import ChatRequest
 from memagent.rollout.sampling import SamplingParams
 from memagent.serve import BatchingEngine, ChatServer
 

@@ -211,7 +211,7 @@ def test_output_head_is_called_as_often_whatever_the_number_of_target_tokens(tin
 
 
 def rows_of_varied_lengths(vocab: int) -> list:
-    from memagent.rl.step import TrainRow
+    from memagent.records import TrainRow
 
     g = torch.Generator().manual_seed(3)
     out = []

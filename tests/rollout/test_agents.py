@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memagent.records import TURN, ChatRequest, Completion
 from memagent.rollout.agents import AgentResult, single_turn_agent
 from memagent.rollout.llm import LocalLLM, stop_token_ids
-from memagent.rollout.records import TURN, ChatRequest, Completion
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.scheduler import run_agents
 from memagent.rollout.tool_agent import CalculatorError, calculate, calculator_agent, find_tool_call

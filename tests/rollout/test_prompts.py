@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memagent.rollout.prompts import (
-    MemoryConfig,
+    WorkflowConfig,
     fit_question,
     render_final_answer,
     render_memory_update,
@@ -67,11 +67,11 @@ def test_question_over_budget_keeps_its_last_tokens(tiny_tokenizer) -> None:
 
 
 def test_memory_config_defaults_are_paper_scale() -> None:
-    config = MemoryConfig()
+    config = WorkflowConfig()
     assert (config.chunk_tokens, config.memory_tokens, config.answer_tokens) == (5000, 1024, 1024)
     assert config.max_chunks == 8 and config.max_document_tokens == 40_000
     assert config.initial_memory == "No previous memory"
-    assert MemoryConfig(max_chunks=None).max_document_tokens is None
+    assert WorkflowConfig(max_chunks=None).max_document_tokens is None
 
 
 @pytest.mark.parametrize(
@@ -79,4 +79,4 @@ def test_memory_config_defaults_are_paper_scale() -> None:
 )
 def test_memory_config_rejects_non_positive_budgets(field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        MemoryConfig(**{field: 0})
+        WorkflowConfig(**{field: 0})

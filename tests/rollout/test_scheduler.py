@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memagent.records import ChatRequest, Completion
 from memagent.rollout.agents import AgentResult, single_turn_agent
 from memagent.rollout.llm import LocalLLM
-from memagent.rollout.prompts import MemoryConfig
-from memagent.rollout.records import ChatRequest, Completion
+from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.scheduler import run_agents
 from memagent.rollout.tool_agent import calculator_agent
 from memagent.rollout.workflow import memagent_agent
 
 GREEDY = SamplingParams(temperature=0.0)
-CONFIG = MemoryConfig(chunk_tokens=24, memory_tokens=6, answer_tokens=5, max_chunks=None, question_tokens=32)
+CONFIG = WorkflowConfig(chunk_tokens=24, memory_tokens=6, answer_tokens=5, max_chunks=None, question_tokens=32)
 DOCS = [
     "",
     "A short document about the river.",

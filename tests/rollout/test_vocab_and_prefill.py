@@ -6,10 +6,10 @@ import pytest
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from memagent.model.shape import kv_bytes_per_token, prefill_activation_bytes, shape_from_config
+from memagent.records import ChatRequest
 from memagent.rollout import SamplingParams, generate
 from memagent.rollout.llm import LocalLLM
-from memagent.rollout.records import ChatRequest
-from memagent.training.memory_budget import kv_bytes_per_token, prefill_activation_bytes, shape_from_config
 
 GREEDY = SamplingParams(temperature=0.0)
 PADDED_ROWS = 128
@@ -102,13 +102,13 @@ def test_kv_cache_budget_sets_rows_per_call_under_the_hard_cap(tiny_model, tiny_
 
 
 def test_heldout_evaluation_respects_the_rows_per_call_cap(tiny_model, tiny_tokenizer):
-    from memagent.data.records import Sample
-    from memagent.rollout.prompts import MemoryConfig
+    from memagent.records import Sample
+    from memagent.rollout.prompts import WorkflowConfig
     from memagent.training.heldout import heldout_accuracy
 
     samples = [Sample(context=f"the code of key {i} is {i * 7}. " * 6, question=f"code of key {i}?", answers=[str(i)])
                for i in range(5)]
-    memory = MemoryConfig(chunk_tokens=48, memory_tokens=4, answer_tokens=4, question_tokens=32)
+    memory = WorkflowConfig(chunk_tokens=48, memory_tokens=4, answer_tokens=4, question_tokens=32)
     sizes = _batch_sizes_of_generate_calls(tiny_model)
     kw = dict(rank=0, world_size=1, all_reduce_sum=lambda t: t)
     heldout_accuracy(tiny_model, tiny_tokenizer, samples, memory, GREEDY, **kw)

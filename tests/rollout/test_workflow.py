@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from memagent.data.records import Sample
+from memagent.records import ANSWER, MEMORY, ChatRequest, Completion, Sample
 from memagent.rollout.chunking import tokenize_document
 from memagent.rollout.llm import LocalLLM
-from memagent.rollout.prompts import MemoryConfig, render_final_answer, render_memory_update, user_message
-from memagent.rollout.records import ANSWER, MEMORY, ChatRequest, Completion
+from memagent.rollout.prompts import WorkflowConfig, render_final_answer, render_memory_update, user_message
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import prepare_document, run_memagent
 
@@ -21,9 +20,9 @@ DOCUMENT = "The capital of France is Paris. The key is under the blue stone. Doc
 QUESTION = "Where is the key?"
 
 
-def _config(**overrides) -> MemoryConfig:
+def _config(**overrides) -> WorkflowConfig:
     base = dict(chunk_tokens=32, memory_tokens=8, answer_tokens=6, max_chunks=None, question_tokens=64)
-    return MemoryConfig(**{**base, **overrides})
+    return WorkflowConfig(**{**base, **overrides})
 
 
 def _greedy(model, tokenizer) -> LocalLLM:

@@ -24,11 +24,11 @@ from pathlib import Path
 import torch.distributed as dist
 
 import train
-from memagent.training import experience
+from memagent.rl import rewards
 
 # The tiny preset's recipe, shrunk: a few compact-pretraining and SFT updates, one RL step at lr 1e-30.
-SMALL = ["--warm-start.pretrain-steps", "3", "--warm-start.pretrain-batch", "4", "--warm-start.steps", "2",
-         "--warm-start.batch-questions", "2", "--warm-start.chunks", "2", "--rollout.batch-size", "2",
+SMALL = ["--demo.pretrain-steps", "3", "--demo.pretrain-batch", "4", "--demo.steps", "2",
+         "--demo.batch-questions", "2", "--demo.chunks", "2", "--rollout.batch-size", "2",
          "--rollout.group-size", "2", "--rollout.dynamic-sampling", "false", "--data.num-train", "8",
          "--data.num-eval", "2", "--data.eval-chunk-factors", "1", "--optim.lr", "1e-30", "--optim.mini-batches", "1",
          "--optim.micro-batch-tokens", "1200", "--loss.kl-coef", "0.01", "--run.steps", "1", "--run.progress", "false"]
@@ -37,8 +37,8 @@ PARTITIONED = {"stage3_param_persistence_threshold": 0, "stage3_model_persistenc
 
 
 def main(out: Path, tiny_dir: str) -> None:
-    common = ["--model.tiny-dir", tiny_dir, *SMALL]
-    experience.strict_reward = lambda response, golds: float(len(response) % 2)
+    common = ["--demo.model-dir", tiny_dir, *SMALL]
+    rewards.VERIFIERS["strict"] = lambda response, golds: float(len(response) % 2)
     assert os.environ.get("ACCELERATE_USE_DEEPSPEED") == "true", "launch this driver with accelerate --use_deepspeed"
     train.main(["--output-dir", str(out / "zero2"), *common])
     for name in [k for k in os.environ if k.startswith("ACCELERATE_")]:

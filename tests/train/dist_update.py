@@ -16,6 +16,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from memagent.training.demo_task import generate_code_lookup
 
 from memagent.config import LossConfig, OptimConfig
 from memagent.model import load_model, load_tokenizer
@@ -28,11 +29,10 @@ from memagent.rl.step import (
     split_mini_batches,
 )
 from memagent.rollout.llm import LocalLLM
-from memagent.rollout.prompts import MemoryConfig
+from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import run_memagent
-from memagent.training.backend import Backend, DeepSpeedBackend, deepspeed_config, dist_env
-from memagent.training.demo_task import generate_code_lookup
+from memagent.training.learner import DeepSpeedLearner, Learner, deepspeed_config, dist_env
 
 CPU = torch.device("cpu")
 BUDGET = 24
@@ -54,12 +54,12 @@ def rows() -> list[TrainRow]:
     return out
 
 
-def rollout_rows(backend: Backend, model_dir: str, num_chunks: int) -> list[TrainRow]:
+def rollout_rows(learner: Learner, model_dir: str, num_chunks: int) -> list[TrainRow]:
     """One conversation row per MemAgent step of 2 rollouts of a question whose document has `num_chunks` chunks."""
     tokenizer = load_tokenizer(model_dir)
-    memory = MemoryConfig(chunk_tokens=48, memory_tokens=8, answer_tokens=12, max_chunks=8, question_tokens=64)
+    memory = WorkflowConfig(chunk_tokens=48, memory_tokens=8, answer_tokens=12, max_chunks=8, question_tokens=64)
     samples = generate_code_lookup(tokenizer, num_chunks=num_chunks, chunk_tokens=48, num_samples=1, seed=num_chunks)
-    with backend.generation() as model:
+    with learner.generation() as model:
         llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=1.0),
                        generator=torch.Generator().manual_seed(num_chunks))
         trajectories = run_memagent(samples, llm, memory, group_size=2)
@@ -68,20 +68,20 @@ def rollout_rows(backend: Backend, model_dir: str, num_chunks: int) -> list[Trai
             for i, c in convs]
 
 
-def update(backend: Backend, mine: list[TrainRow], loss: LossConfig, reference: torch.nn.Module | None) -> None:
+def update(learner: Learner, mine: list[TrainRow], loss: LossConfig, reference: torch.nn.Module | None) -> None:
     """The update of train.py's rl_step: old (and reference) log-probs per mini-batch, global counts, step."""
     kw = dict(budget=BUDGET, pad_id=0, temperature=1.0, device=CPU)
     minis = split_mini_batches(mine, 1)
-    counts = micro_batch_counts(minis, BUDGET, lambda t: backend.all_reduce(t, "max"))
-    set_logprobs(backend.model, minis, counts, "old_logprobs", **kw)
+    counts = micro_batch_counts(minis, BUDGET, lambda t: learner.all_reduce(t, "max"))
+    set_logprobs(learner.model, minis, counts, "old_logprobs", **kw)
     for row in mine:
         row.old_logprobs = row.old_logprobs - 0.1  # off-policy by a constant, so some tokens clip
     if reference is not None:
         set_logprobs(reference, minis, counts, "ref_logprobs", **kw)
-    num_tokens, num_seqs = global_counts(minis[0], backend.all_reduce_sum)
-    accumulate_gradients(backend.model, minis[0], **loss.update_args(), num_tokens=num_tokens, num_seqs=num_seqs,
-                         world_size=backend.world_size, backward=backend.backward, num_micro=counts[0], **kw)
-    backend.step()
+    num_tokens, num_seqs = global_counts(minis[0], learner.all_reduce_sum)
+    accumulate_gradients(learner.model, minis[0], **loss.update_args(), num_tokens=num_tokens, num_seqs=num_seqs,
+                         world_size=learner.world_size, backward=learner.backward, num_micro=counts[0], **kw)
+    learner.step()
 
 
 def perturbed_reference(model_dir: str) -> torch.nn.Module:
@@ -93,14 +93,14 @@ def perturbed_reference(model_dir: str) -> torch.nn.Module:
     return model
 
 
-def make_backend(name: str, model_dir: str, world: int) -> Backend:
+def make_learner(name: str, model_dir: str, world: int) -> Learner:
     model = load_model(model_dir, dtype="float32", device="cpu")
     if name.startswith("DDP"):
-        return Backend(model, OPT, CPU)  # DistributedDataParallel under torchrun
+        return Learner(model, OPT, CPU)  # DistributedDataParallel under torchrun
     ds = deepspeed_config(f"configs/ds_zero{name[5]}.json", OPT, world, torch.float32)
     if "partitioned" in name:
         ds["zero_optimization"].update(PARTITIONED)
-    return DeepSpeedBackend(model, OPT, CPU, ds)
+    return DeepSpeedLearner(model, OPT, CPU, ds)
 
 
 def copies(rows: list[TrainRow]) -> list[TrainRow]:
@@ -108,10 +108,10 @@ def copies(rows: list[TrainRow]) -> list[TrainRow]:
 
 
 def scenario(name: str, model_dir: str, rank: int, world: int) -> None:
-    backend = make_backend(name, model_dir, world)
+    learner = make_learner(name, model_dir, world)
     loss = LossConfig(kl_coef=0.1 if "KL" in name else 0.0)
     if "partitioned" in name:
-        mine = rollout_rows(backend, model_dir, num_chunks=1 if rank == 0 else 3)
+        mine = rollout_rows(learner, model_dir, num_chunks=1 if rank == 0 else 3)
         gathered: list[list[TrainRow]] = [[] for _ in range(world)]
         dist.all_gather_object(gathered, mine)
         all_rows = [r for part in gathered for r in part]
@@ -119,11 +119,11 @@ def scenario(name: str, model_dir: str, rank: int, world: int) -> None:
         all_rows = rows()
         mine = all_rows[:2] if rank == 0 else all_rows[2:]  # uneven on purpose: 2 vs 4 rows
     reference = perturbed_reference(model_dir) if loss.kl_coef > 0 else None
-    update(backend, copies(mine), loss, reference)
-    with backend.full_parameters() as module:
+    update(learner, copies(mine), loss, reference)
+    with learner.full_parameters() as module:
         got = {k: v.detach().clone() for k, v in module.state_dict().items()}
     if rank == 0:
-        single = Backend(load_model(model_dir, dtype="float32", device="cpu"), OPT, CPU, local=True)
+        single = Learner(load_model(model_dir, dtype="float32", device="cpu"), OPT, CPU, local=True)
         update(single, copies(all_rows), loss, reference)
         initial = load_model(model_dir, dtype="float32", device="cpu").state_dict()
         for key, want in single.unwrapped.state_dict().items():
@@ -138,11 +138,11 @@ def bf16_gradients_accumulate_in_fp32(model_dir: str, rank: int, world: int) -> 
     for stage in (1, 2):
         model = load_model(model_dir, dtype="bfloat16", device="cpu")
         ds = deepspeed_config(f"configs/ds_zero{stage}.json", OPT, world, torch.bfloat16)
-        backend = DeepSpeedBackend(model, OPT, CPU, ds)
-        assert backend.engine.get_data_types() == (torch.bfloat16, torch.float32), backend.engine.get_data_types()
+        learner = DeepSpeedLearner(model, OPT, CPU, ds)
+        assert learner.engine.get_data_types() == (torch.bfloat16, torch.float32), learner.engine.get_data_types()
         mine = rows()[:2] if rank == 0 else rows()[2:]
-        update(backend, mine, LossConfig(), None)
-        norm = backend.engine.get_global_grad_norm()
+        update(learner, mine, LossConfig(), None)
+        norm = learner.engine.get_global_grad_norm()
         assert norm is not None and 0 < float(norm) < float("inf"), norm
         if rank == 0:
             print(f"ZeRO-{stage} bf16: gradients accumulate in fp32", flush=True)

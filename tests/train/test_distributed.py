@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
+from memagent.demo.task import corpus
 from memagent.model import build_tiny_model
-from memagent.training.backend import resolve_deepspeed_path
-from memagent.training.demo_task import corpus
+from memagent.training.learner import resolve_deepspeed_path
 
 ROOT = Path(__file__).resolve().parents[2]
 

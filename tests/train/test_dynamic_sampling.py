@@ -15,10 +15,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memagent.config import RolloutConfig
-from memagent.data.records import Sample
-from memagent.rollout.records import ANSWER, MEMORY, Conversation, Trajectory
-from memagent.training.experience import QuestionStream, collect_groups
+from memagent.records import ANSWER, MEMORY, Conversation, Sample, Trajectory
+from memagent.rl.dynamic_sampling import QuestionStream, collect_groups
+from memagent.rl.rewards import score_trajectories
 
 
 def make_samples(n: int) -> list[Sample]:
@@ -58,8 +57,15 @@ def check_groups(kept: list[Trajectory], questions: list[Sample], group_size: in
         assert len({tag(t).split("/")[1] + tag(t).split("/")[2] for t in members}) == group_size
 
 
-def config(**kw) -> RolloutConfig:
-    return RolloutConfig(dynamic_sampling=True, overlong_shaping=False, **kw)
+def strict_score(trajectories: list[Trajectory], questions: list[Sample]) -> None:
+    score_trajectories(trajectories, questions, verifier="strict", answer_budget=8, overlong_shaping=False,
+                       overlong_cache_tokens=4, overlong_factor=1.0)
+
+
+def config(max_refill_rounds: int, refill_oversample_cap: float = 4.0) -> dict:
+    """collect_groups' settings under dynamic sampling, scored by the strict verifier."""
+    return dict(dynamic_sampling=True, max_refill_rounds=max_refill_rounds,
+                refill_oversample_cap=refill_oversample_cap, score=strict_score)
 
 
 @settings(max_examples=60, deadline=None)
@@ -72,10 +78,10 @@ def test_every_kept_group_holds_g_distinct_trajectories_of_its_own_question(grou
     kinds = lambda i: pattern[i % len(pattern)]  # noqa: E731
     correct = lambda i, j: kinds(i) == 1 or (kinds(i) == 2 and j == 0)  # noqa: E731
     calls: list[int] = []
-    got = collect_groups(QuestionStream(len(samples), seed), samples, quota, config(max_refill_rounds=refills),
+    got = collect_groups(QuestionStream(len(samples), seed), samples, quota, **config(max_refill_rounds=refills),
                          rollout=fake_rollout(group_size, correct, calls), max_over_ranks=lambda n: n, rank=0,
-                         world_size=1, answer_tokens=8)
-    check_groups(got.kept, got.questions, group_size)
+                         world_size=1)
+    check_groups(got.trajectories, got.questions, group_size)
     assert len(got.questions) <= quota
     assert got.rounds == len(calls) <= refills + 1
     informative = sum(kinds(s.index) == 2 for s in samples)
@@ -89,10 +95,10 @@ def test_a_refill_oversamples_by_the_observed_keep_rate() -> None:
     samples = make_samples(400)
     correct = lambda i, j: i % 2 == 0 and j == 0  # noqa: E731  (even questions mixed, odd ones all wrong)
     calls: list[int] = []
-    got = collect_groups(QuestionStream(len(samples), 0), samples, 16, config(max_refill_rounds=4),
+    got = collect_groups(QuestionStream(len(samples), 0), samples, 16, **config(max_refill_rounds=4),
                          rollout=fake_rollout(4, correct, calls), max_over_ranks=lambda n: n, rank=0,
-                         world_size=1, answer_tokens=8)
-    check_groups(got.kept, got.questions, 4)
+                         world_size=1)
+    check_groups(got.trajectories, got.questions, 4)
     kept_first = sum(i % 2 == 0 for i in QuestionStream(len(samples), 0).take(16))
     assert 0 < kept_first < 16
     assert calls[0] == 16
@@ -106,9 +112,8 @@ def test_the_oversampling_factor_is_capped() -> None:
     samples = make_samples(400)
     correct = lambda i, j: i % 40 == 0 and j == 0  # noqa: E731
     calls: list[int] = []
-    collect_groups(QuestionStream(len(samples), 0), samples, 8, config(max_refill_rounds=1, refill_oversample_cap=3.0),
-                   rollout=fake_rollout(2, correct, calls), max_over_ranks=lambda n: n, rank=0, world_size=1,
-                   answer_tokens=8)
+    collect_groups(QuestionStream(len(samples), 0), samples, 8, **config(max_refill_rounds=1, refill_oversample_cap=3.0),
+                   rollout=fake_rollout(2, correct, calls), max_over_ranks=lambda n: n, rank=0, world_size=1,)
     assert len(calls) == 2 and calls[1] <= 3 * 8
 
 
@@ -130,10 +135,10 @@ def run_ranks(world_size: int, quota_of, correct_of, refills: int, samples: list
     def worker(rank: int) -> None:
         stream = QuestionStream(len(samples), 0)
         streams.append((rank, stream))
-        results[rank] = collect_groups(stream, samples, quota_of(rank), config(max_refill_rounds=refills),
+        results[rank] = collect_groups(stream, samples, quota_of(rank), **config(max_refill_rounds=refills),
                                        rollout=fake_rollout(4, correct_of(rank), calls[rank]),
                                        max_over_ranks=lambda n: max_over_ranks(rank, n), rank=rank,
-                                       world_size=world_size, answer_tokens=8)
+                                       world_size=world_size)
 
     threads = [threading.Thread(target=worker, args=(r,)) for r in range(world_size)]
     for t in threads:
@@ -154,4 +159,4 @@ def test_ranks_take_the_same_questions_per_round_and_disjoint_shares() -> None:
     indices = [s.index for r in results for s in r.questions]
     assert len(indices) == len(set(indices)), "two ranks trained on the same question"
     for r in results:
-        check_groups(r.kept, r.questions, 4)
+        check_groups(r.trajectories, r.questions, 4)

@@ -16,12 +16,12 @@ from safetensors.torch import load_file
 
 import train
 from memagent.config import load_config
-from memagent.training import experience
+from memagent.rl import rewards
 
 
 @pytest.fixture(autouse=True)
 def parity_reward(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(experience, "strict_reward", lambda response, golds: float(len(response) % 2))
+    monkeypatch.setitem(rewards.VERIFIERS, "strict", lambda response, golds: float(len(response) % 2))
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def smoke(out: Path, model_dir: str, *extra: str) -> dict[str, float]:
-    return train.main(["--preset", "smoke", "--output-dir", str(out), "--model.tiny-dir", model_dir,
+    return train.main(["--preset", "smoke", "--output-dir", str(out), "--demo.model-dir", model_dir,
                        "--data.num-eval", "2", *extra])
 
 
@@ -46,7 +46,7 @@ def without_timing(record: dict[str, float]) -> dict[str, float]:
 def two_steps(tmp_path_factory: pytest.TempPathFactory, model_dir: str) -> Path:
     out = tmp_path_factory.mktemp("runs") / "full"
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(experience, "strict_reward", lambda response, golds: float(len(response) % 2))
+        mp.setitem(rewards.VERIFIERS, "strict", lambda response, golds: float(len(response) % 2))
         smoke(out, model_dir)
     return out
 
@@ -118,15 +118,15 @@ def test_dynamic_sampling_with_refills_trains_whole_groups_of_distinct_trajector
     """The path the smoke preset leaves off: dynamic sampling on, refill rounds, several mini-batches. Every group
     handed to the advantage step holds exactly G distinct trajectories of one question."""
     seen: list[list] = []
-    real = experience.to_rows
+    real = train.trajectories_to_rows
 
     def spy(kept, **kw):
         seen.append(list(kept))
         return real(kept, **kw)
 
-    monkeypatch.setattr(train, "to_rows", spy)
+    monkeypatch.setattr(train, "trajectories_to_rows", spy)
     # Two questions in three score 0 whatever the answer (uninformative groups), so refill rounds happen.
-    monkeypatch.setattr(experience, "strict_reward",
+    monkeypatch.setitem(rewards.VERIFIERS, "strict",
                         lambda response, golds: float(len(response) % 2) if sum(map(ord, golds[0])) % 3 == 0 else 0.0)
     metrics = smoke(tmp_path / "out", model_dir, "--rollout.dynamic-sampling", "true", "--rollout.max-refill-rounds",
                     "3", "--rollout.batch-size", "4", "--optim.mini-batches", "2", "--run.steps", "4")

@@ -1,6 +1,6 @@
 """Supervised warm start on teacher memory traces (the conversations the workflow produces, teacher responses).
 
-The teacher backend (demo_task.OracleLLM) answers the workflow's own requests; the loss is the token mean of
+The teacher learner (demo_task.OracleLLM) answers the workflow's own requests; the loss is the token mean of
 -log p over the teacher's response tokens (EOS included), over all conversations of the batch. Two stages, both on
 fresh questions only (never in the RL or held-out sets):
 
@@ -10,18 +10,19 @@ fresh questions only (never in the RL or held-out sets):
    it stayed at chance for 200 updates (loss flat at 0.93 nats/token, key and value tokens at ln 16). Behind the
    compact prompt the retrieval forms in 120-200 updates (loss ~0.9 -> below 0.05) and then transfers.
 2. `warm_start`: SFT on the workflow's own prompts (chat template, MemAgent's instructions) over 8-chunk documents
-   from a forgetful teacher (WarmStartConfig.teacher_keep_probability 0.2: a found needle is carried through a
+   from a forgetful teacher (demo.teacher_keep_probability 0.2: a found needle is carried through a
    section without one only 20% of the time, else the memory is rewritten "code {key} unknown."). Its greedy
    imitation forgets, so keeping the memory across overwrites, MemAgent's skill, is what RL adds. With the exact
    oracle the warm start's held-out accuracy at 2 chunks ranged from 47% to 98% over 5 seeds: whether the tiny
    model already kept the memory was a matter of the seed, leaving RL 2 to 53 points.
 
-Every rank runs the same warm start from the same seed on the unwrapped model before the RL backend wraps it,
+Every rank runs the same warm start from the same seed on the unwrapped model before the RL learner wraps it,
 so the ranks start RL from identical weights without communication.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 
@@ -29,17 +30,15 @@ import torch
 from torch import nn
 from transformers import PreTrainedTokenizerBase
 
-from memagent.config import WarmStartConfig
-from memagent.data.records import Sample
+from memagent.config import DemoConfig
+from memagent.demo.task import OracleLLM
 from memagent.model.logprobs import token_logprobs
-from memagent.rl.step import TrainRow, collate, micro_batches
+from memagent.progress import progress
+from memagent.records import MEMORY, Sample, TrainRow, Trajectory
+from memagent.rl.step import collate, micro_batches
 from memagent.rollout.chunking import iter_chunks
-from memagent.rollout.prompts import MemoryConfig
-from memagent.rollout.records import MEMORY, Trajectory
+from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.workflow import prepare_document, run_memagent
-from memagent.training.backend import warmup_constant
-from memagent.training.demo_task import OracleLLM
-from memagent.training.logging import progress
 
 COMPACT_MEMORY_PROMPT = "{problem}\n{memory}\n{chunk}\n"
 """Compact memory-update prompt of `compact_pretrain`: the three blocks of MemAgent's prompt, nothing else."""
@@ -47,44 +46,39 @@ COMPACT_ANSWER_PROMPT = "{problem}\n{memory}\nAnswer:"
 """Compact final-answer prompt of `compact_pretrain`."""
 
 
-def _oracle_trajectories(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, memory: MemoryConfig,
+def _oracle_trajectories(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, workflow: WorkflowConfig,
                          keep_probability: float, seed: int) -> list[Trajectory]:
     teacher = OracleLLM(tokenizer, keep_probability=keep_probability, seed=seed)
-    return run_memagent(samples, teacher, memory, group_size=1)
+    return run_memagent(samples, teacher, workflow, group_size=1)
 
 
-def _row(prompt_ids: list[int], response_ids: list[int], response_mask: list[int]) -> TrainRow:
-    return TrainRow(input_ids=list(prompt_ids) + list(response_ids), prompt_len=len(prompt_ids),
-                    response_mask=list(response_mask), advantage=0.0)
-
-
-def oracle_rows(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, memory: MemoryConfig, *,
+def oracle_rows(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, workflow: WorkflowConfig, *,
                 keep_probability: float = 1.0, seed: int = 0) -> list[list[TrainRow]]:
     """Per question, its teacher conversations with the workflow's own prompts, as rows (advantage unused).
 
     keep_probability, seed: of the teacher (demo_task.OracleLLM; 1.0 = the exact oracle).
     """
-    return [[_row(c.prompt_ids, c.response_ids, c.response_mask) for c in traj.conversations]
-            for traj in _oracle_trajectories(samples, tokenizer, memory, keep_probability, seed)]
+    return [[TrainRow.from_conversation(c) for c in traj.conversations]
+            for traj in _oracle_trajectories(samples, tokenizer, workflow, keep_probability, seed)]
 
 
-def compact_oracle_rows(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, memory: MemoryConfig, *,
+def compact_oracle_rows(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, workflow: WorkflowConfig, *,
                         keep_probability: float = 1.0, seed: int = 0) -> list[list[TrainRow]]:
     """Per question, the same teacher responses as `oracle_rows`, behind COMPACT_*_PROMPT instead."""
     out = []
-    for traj in _oracle_trajectories(samples, tokenizer, memory, keep_probability, seed):
+    for traj in _oracle_trajectories(samples, tokenizer, workflow, keep_probability, seed):
         sample = samples[traj.sample_index]
-        chunks = list(iter_chunks(prepare_document(sample.context, tokenizer, memory), tokenizer,
-                                  memory.chunk_tokens))
-        before, rows = memory.initial_memory, []
+        chunks = list(iter_chunks(prepare_document(sample.context, tokenizer, workflow), tokenizer,
+                                  workflow.chunk_tokens))
+        before, rows = workflow.initial_memory, []
         for c in traj.conversations:
             if c.kind == MEMORY:
                 prompt = COMPACT_MEMORY_PROMPT.format(problem=sample.question, memory=before, chunk=chunks[c.chunk_index])
                 before = c.text
             else:
                 prompt = COMPACT_ANSWER_PROMPT.format(problem=sample.question, memory=before)
-            rows.append(_row(tokenizer(prompt, add_special_tokens=False)["input_ids"], c.response_ids,
-                             c.response_mask))
+            prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            rows.append(TrainRow.from_conversation(dataclasses.replace(c, prompt_ids=prompt_ids)))
         out.append(rows)
     return out
 
@@ -100,7 +94,8 @@ def supervised_updates(
     micro-batches), so the micro-batch budget does not change the update.
     """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup_constant(max(1, steps // 10)))
+    warmup = max(1, steps // 10)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda u: min(1.0, (u + 1) / warmup))
     model.train()
     losses: list[float] = []
     for u in progress(range(steps), desc=desc, enabled=show):
@@ -124,25 +119,25 @@ def supervised_updates(
 
 
 def compact_pretrain(model: nn.Module, tokenizer: PreTrainedTokenizerBase, questions: Callable[[int], list[Sample]],
-                     memory: MemoryConfig, cfg: WarmStartConfig, *, device: torch.device, budget: int,
+                     workflow: WorkflowConfig, cfg: DemoConfig, *, device: torch.device, budget: int,
                      show: bool) -> list[float]:
     """Stage 1 (module docstring): update u trains on the compact oracle traces of `questions(u)`, until the loss
     is below cfg.pretrain_stop_loss or after cfg.pretrain_steps updates. Returns the loss of each update."""
     return supervised_updates(
-        model, lambda u: [r for rows in compact_oracle_rows(questions(u), tokenizer, memory) for r in rows],
+        model, lambda u: [r for rows in compact_oracle_rows(questions(u), tokenizer, workflow) for r in rows],
         steps=cfg.pretrain_steps, lr=cfg.lr, pad_id=_pad_id(tokenizer), device=device, budget=budget,
         stop_loss=cfg.pretrain_stop_loss, desc="compact pretrain", show=show)
 
 
-def warm_start(model: nn.Module, tokenizer: PreTrainedTokenizerBase, samples: list[Sample], memory: MemoryConfig,
-               cfg: WarmStartConfig, *, seed: int, device: torch.device, budget: int, show: bool) -> list[float]:
+def warm_start(model: nn.Module, tokenizer: PreTrainedTokenizerBase, samples: list[Sample], workflow: WorkflowConfig,
+               cfg: DemoConfig, *, seed: int, device: torch.device, budget: int, show: bool) -> list[float]:
     """Stage 2: `cfg.steps` updates of SFT on the workflow's own oracle traces; returns the loss of each update.
 
     Update u trains on questions u*B .. (u+1)*B-1 (B = cfg.batch_questions, wrapping around), so with
-    steps * B fresh questions (setup.load_data's SFT questions) no question is seen twice: repeating a few thousand
+    steps * B fresh questions (memagent.demo.stage's SFT questions) no question is seen twice: repeating a few thousand
     questions for several epochs let the tiny model memorize them (training loss 0.01 nats/token, held-out 2.2).
     """
-    traces = oracle_rows(samples, tokenizer, memory, keep_probability=cfg.teacher_keep_probability, seed=seed)
+    traces = oracle_rows(samples, tokenizer, workflow, keep_probability=cfg.teacher_keep_probability, seed=seed)
     order = list(range(len(traces)))
     random.Random(seed).shuffle(order)
     b = min(cfg.batch_questions, len(traces))

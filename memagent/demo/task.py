@@ -23,10 +23,9 @@ import re
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from memagent.data.records import Sample
+from memagent.records import ChatRequest, Completion, Sample
 from memagent.rollout.llm import stop_token_ids
 from memagent.rollout.prompts import MEMORY_UPDATE_TEMPLATE, render_final_answer
-from memagent.rollout.records import ChatRequest, Completion
 
 # Fillers share no word with code lines (" code", keys, values, " unknown"), so a value token in a prompt is always
 # the needle's (or, with distractors, another code line's).

@@ -1,4 +1,4 @@
-"""Command-line choice of the LLM backend shared by evaluate.py and memagent.ask: a local model or an HTTP API.
+"""Command-line choice of the LLM evaluated shared by evaluate.py and memagent.ask: a local model or an HTTP API.
 
 Local: `--model DIR` loads the weights and runs our engine (LocalLLM). Online: `--api-base URL --api-model NAME
 [--api-key KEY]` drives any OpenAI-compatible endpoint (OpenAIChatLLM); the workflow still needs the served
@@ -23,9 +23,9 @@ from memagent.rollout.llm import LLM, LocalLLM
 from memagent.rollout.sampling import SamplingParams
 
 
-def add_backend_args(parser: argparse.ArgumentParser) -> None:
-    """Add the model/backend and sampling flags."""
-    g = parser.add_argument_group("model and backend")
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """Add the model/evaluated and sampling flags."""
+    g = parser.add_argument_group("model and evaluated")
     g.add_argument("--model", help="local HF model directory (weights + tokenizer)")
     g.add_argument("--api-base", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (no weights loaded)")
     g.add_argument("--api-key", default="", help="Bearer token for --api-base ('' sends none)")
@@ -45,11 +45,11 @@ def add_backend_args(parser: argparse.ArgumentParser) -> None:
 
 
 @dataclass(frozen=True)
-class Backend:
+class EvaluatedModel:
     """A ready LLM plus what the entry points need to know about it."""
 
     llm: LLM
-    """The backend; llm.tokenizer is the policy tokenizer."""
+    """The evaluated; llm.tokenizer is the policy tokenizer."""
     tokenizer: PreTrainedTokenizerBase
     """Same object as llm.tokenizer."""
     name: str
@@ -62,8 +62,8 @@ class Backend:
     """Nucleus mass actually used."""
 
 
-def build_backend(args: argparse.Namespace) -> Backend:
-    """Load the local model or connect the API client, per the flags of `add_backend_args`."""
+def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
+    """Load the local model or connect the API client, per the flags of `add_model_args`."""
     from memagent.model import load_model, load_tokenizer
 
     temperature = 0.0 if args.greedy else args.temperature
@@ -79,7 +79,7 @@ def build_backend(args: argparse.Namespace) -> Backend:
                             tokenizer=tokenizer, seed=args.seed, concurrency=args.concurrency,
                             retries=args.retries, timeout=args.timeout,
                             backoff=args.backoff)
-        return Backend(llm, tokenizer, args.api_model, config_window(tokenizer_dir), temperature, top_p)
+        return EvaluatedModel(llm, tokenizer, args.api_model, config_window(tokenizer_dir), temperature, top_p)
     if not args.model:
         raise SystemExit("pass --model DIR (a local model) or --api-base URL --api-model NAME (an online one)")
     model = load_model(args.model, dtype=args.dtype, device=args.device).eval()
@@ -88,7 +88,7 @@ def build_backend(args: argparse.Namespace) -> Backend:
     generator = torch.Generator(device=device).manual_seed(args.seed)
     llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=temperature, top_p=top_p),
                    generator=generator)
-    return Backend(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p)
+    return EvaluatedModel(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p)
 
 
 def config_window(directory: str | Path) -> int | None:

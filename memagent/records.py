@@ -1,8 +1,10 @@
-"""Typed records passed between the rollout and the trainer.
+"""The records every layer passes on: questions, LLM calls, trajectories, rewards and training rows.
 
-A MemAgent trajectory is not one long sequence: it is K + 1 *independent* conversations (one memory update per
-chunk, then the final answer), each a fresh single-turn chat with its own prompt. The trainer sees conversations
-as rows; the trajectory is what the reward and the group advantage are computed on (paper Sec. 3, "Multi-Conv").
+This module sits at the bottom of the package (docs/architecture.md): data, rollout and rl import it, and it
+imports nothing of ours. A MemAgent trajectory is not one long sequence: it is K + 1 *independent* conversations
+(one memory update per chunk, then the final answer), each a fresh single-turn chat with its own prompt. The
+trainer sees conversations as rows (`TrainRow`); the trajectory is what the reward and the group advantage are
+computed on (paper Sec. 3, "Multi-Conv").
 """
 
 from __future__ import annotations
@@ -10,6 +12,43 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+
+
+@dataclass
+class Sample:
+    """One long-context question. The document (`context`) is kept apart from the question (`question`), as in
+    MemAgent's data: the agent shows the question at every chunk and streams the context chunk by chunk."""
+
+    context: str
+    """The long document."""
+    question: str
+    """The question (MemAgent's `input`), shown as <problem> in every prompt."""
+    answers: list[str]
+    """Gold answer strings (all of them are required for RULER multi-answer tasks)."""
+    task: str = ""
+    """Task family, e.g. "niah_single_1", "kv_retrieval", "hotpotqa"."""
+    index: int = 0
+    """Position of the sample in its data set."""
+    length: int = 0
+    """Token length of the context under the tokenizer it was generated for (0 when unknown)."""
+    extra: dict[str, object] = field(default_factory=dict)
+    """Format-specific fields kept for round-trips (e.g. num_docs, data_source)."""
+
+
+@dataclass(frozen=True)
+class Reward:
+    """One trajectory's outcome reward (paper Sec. 3: scored on the final answer only), kept in its parts."""
+
+    correct: float
+    """Verifier score of the final answer: 1/0 strict, or in [0, 1] lenient. Dynamic sampling filters on it."""
+    overlong: float = 0.0
+    """DAPO's soft overlong penalty on the answer length (<= 0; 0 with shaping off), docs/rl-math.md §4."""
+
+    @property
+    def total(self) -> float:
+        """The scalar the group advantage is computed from."""
+        return self.correct + self.overlong
+
 
 MEMORY = "memory"
 ANSWER = "answer"
@@ -72,10 +111,8 @@ class Trajectory:
     """Number of document chunks read (after any training-time center truncation)."""
     document_tokens: int = 0
     """Token length of the whole document in the policy tokenizer, before any truncation."""
-    reward: float = 0.0
-    """Outcome reward, filled in by the verifier."""
-    extras: dict[str, float] = field(default_factory=dict)
-    """Per-trajectory scalar diagnostics (e.g. correctness before overlong shaping)."""
+    reward: Reward | None = None
+    """Outcome reward in its parts, filled in by memagent.rl.rewards.score_trajectories (None until scored)."""
     error: str | None = None
     """Set when an LLM request of this trajectory failed (an HTTP backend after its retries); the answer is then
     "" and the trajectory must be scored as a failure, never dropped from the denominator."""
@@ -89,6 +126,18 @@ class Trajectory:
     def memory_truncated(self) -> list[bool]:
         """Per memory update: True when the update hit the memory budget (cut, not ended by EOS)."""
         return [not c.finished for c in self.conversations if c.kind == MEMORY]
+
+    @property
+    def answer_tokens(self) -> int:
+        """Response tokens of the final answer (0 when the trajectory has none)."""
+        answers = [c for c in self.conversations if c.kind == ANSWER]
+        return len(answers[-1].response_ids) if answers else 0
+
+    @property
+    def mean_memory_tokens(self) -> float:
+        """Mean response tokens of the memory updates (0.0 when there are none)."""
+        sizes = [len(c.response_ids) for c in self.conversations if c.kind == MEMORY]
+        return sum(sizes) / len(sizes) if sizes else 0.0
 
 
 @dataclass(frozen=True)
@@ -121,3 +170,32 @@ class Completion:
     """True when generation ended with EOS (or the server's stop), False when cut by max_new_tokens."""
     error: str | None = None
     """Set when the request failed; the caller must count it as a failure, never drop it."""
+
+
+@dataclass
+class TrainRow:
+    """One conversation ready for the loss: prompt + response ids and per-response-token inputs."""
+
+    input_ids: list[int]
+    """Prompt then response token ids."""
+    prompt_len: int
+    """Number of prompt tokens at the start of input_ids (never trained on)."""
+    response_mask: list[int]
+    """[len(input_ids) - prompt_len] 1 = sampled by the policy (trained), 0 = forced."""
+    advantage: float
+    """The trajectory's group advantage, broadcast to this conversation."""
+    old_logprobs: torch.Tensor | None = None
+    """[response length] float32 log-probs under the policy before the update (recomputed, no grad)."""
+    ref_logprobs: torch.Tensor | None = None
+    """[response length] float32 log-probs under the frozen reference model (KL only)."""
+
+    @property
+    def num_trained_tokens(self) -> int:
+        return int(sum(self.response_mask))
+
+    @classmethod
+    def from_conversation(cls, conversation: Conversation, advantage: float = 0.0) -> TrainRow:
+        """The row of one conversation: loss on its sampled response tokens, weighted by `advantage`."""
+        return cls(input_ids=list(conversation.prompt_ids) + list(conversation.response_ids),
+                   prompt_len=len(conversation.prompt_ids), response_mask=list(conversation.response_mask),
+                   advantage=advantage)

@@ -1,4 +1,4 @@
-"""The demo task, its oracle and the two warm-start stages (memagent.training.demo_task, warm_start)."""
+"""The demo task, its oracle and the two warm-start stages (memagent.demo.task, warm_start)."""
 
 from __future__ import annotations
 
@@ -8,21 +8,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from memagent.config import WarmStartConfig
-from memagent.model import build_tiny_model, load_model, load_tokenizer
-from memagent.rollout.prompts import MemoryConfig
-from memagent.rollout.workflow import run_memagent
-from memagent.training.demo_task import KEYS, UNSEEN, VALUES, OracleLLM, corpus, generate_code_lookup
-from memagent.training.warm_start import (
+from memagent.config import DemoConfig
+from memagent.demo.task import KEYS, UNSEEN, VALUES, OracleLLM, corpus, generate_code_lookup
+from memagent.demo.warm_start import (
     compact_oracle_rows,
     compact_pretrain,
     oracle_rows,
     supervised_updates,
     warm_start,
 )
+from memagent.model import build_tiny_model, load_model, load_tokenizer
+from memagent.rollout.prompts import WorkflowConfig
+from memagent.rollout.workflow import run_memagent
 from memagent.verify.strict import strict_reward
 
-MEMORY_CFG = MemoryConfig(chunk_tokens=32, memory_tokens=10, answer_tokens=8, max_chunks=8, question_tokens=64)
+MEMORY_CFG = WorkflowConfig(chunk_tokens=32, memory_tokens=10, answer_tokens=8, max_chunks=8, question_tokens=64)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +134,7 @@ def test_supervised_update_does_not_depend_on_the_micro_batch_budget(demo_dir, t
 
 def test_both_stages_lower_the_loss_on_fresh_questions(demo_dir, tok) -> None:
     model = load_model(demo_dir)
-    cfg = WarmStartConfig(pretrain_steps=12, pretrain_batch=8, pretrain_stop_loss=0.0, steps=12, batch_questions=8,
+    cfg = DemoConfig(pretrain_steps=12, pretrain_batch=8, pretrain_stop_loss=0.0, steps=12, batch_questions=8,
                           lr=3e-3)
     kw = dict(device=torch.device("cpu"), budget=8192, show=False)
     pre = compact_pretrain(model, tok, lambda u: samples(tok, n=8, chunks=1, seed=100 + u), MEMORY_CFG, cfg, **kw)

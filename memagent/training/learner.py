@@ -1,4 +1,5 @@
-"""How gradients are reduced and applied: one process, DDP under torchrun, or DeepSpeed ZeRO 1/2/3.
+"""The learner: the policy being trained, its optimizer, and the collectives of one process, DDP under torchrun, or
+DeepSpeed ZeRO 1/2/3.
 
 One interface for the trainer: `backward(loss, is_last)` accumulates (DDP: no_sync until the last micro-batch;
 DeepSpeed: the accumulation boundary is the last one), `step()` clips, skips a non-finite update and steps
@@ -6,7 +7,7 @@ AdamW and the lr schedule, `generation()` is a context in which the full model c
 partitioned parameters once and removes its partition hooks meanwhile, so decoding runs no collective and ranks may
 run different numbers of forwards), and the all-reduces the loss normalizer needs.
 We drive `torch.distributed` and `deepspeed.initialize` directly: on CPU this is gloo, on GPUs NCCL, chosen at
-run time. DeepSpeed on CPU (environment.md §1): the shm-comm op's ~95 s g++ JIT is skipped, and the client
+run time. DeepSpeed on CPU (docs/training.md): the shm-comm op's ~95 s g++ JIT is skipped, and the client
 torch AdamW avoids building cpu_adam.
 """
 
@@ -64,7 +65,7 @@ def make_optimizer(model: nn.Module, cfg: OptimConfig) -> tuple[torch.optim.Opti
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, warmup_constant(cfg.warmup_steps))
 
 
-class Backend:
+class Learner:
     """Plain PyTorch: one process, or DDP across torchrun processes (gradients averaged on the last backward)."""
 
     name = "torch"
@@ -95,6 +96,13 @@ class Backend:
 
     def all_reduce_sum(self, tensor: Tensor) -> Tensor:
         return self.all_reduce(tensor, "sum")
+
+    def all_reduce_max(self, tensor: Tensor) -> Tensor:
+        return self.all_reduce(tensor, "max")
+
+    def max_over_ranks(self, n: int) -> int:
+        """The largest of one integer over all ranks."""
+        return int(self.all_reduce(torch.tensor(n), "max"))
 
     def barrier(self) -> None:
         if self.world_size > 1:
@@ -182,7 +190,7 @@ def deepspeed_config(path: str, cfg: OptimConfig, world_size: int, dtype: torch.
     return ds
 
 
-class DeepSpeedBackend(Backend):
+class DeepSpeedLearner(Learner):
     """DeepSpeed ZeRO 1/2/3 with the client torch AdamW; gradient averaging and clipping are DeepSpeed's."""
 
     optimizer_restores_weights = True
@@ -266,10 +274,10 @@ def resolve_deepspeed_path(flag: str, environ: dict[str, str] | os._Environ[str]
     return file
 
 
-def make_backend(model: nn.Module, cfg: OptimConfig, device: torch.device, deepspeed_path: str,
-                 dtype: torch.dtype) -> Backend:
+def make_learner(model: nn.Module, cfg: OptimConfig, device: torch.device, deepspeed_path: str,
+                 dtype: torch.dtype) -> Learner:
     """DeepSpeed when a config file is given, else plain PyTorch (DDP when launched with several processes)."""
     if deepspeed_path:
         _, world, _ = dist_env()
-        return DeepSpeedBackend(model, cfg, device, deepspeed_config(deepspeed_path, cfg, world, dtype))
-    return Backend(model, cfg, device)
+        return DeepSpeedLearner(model, cfg, device, deepspeed_config(deepspeed_path, cfg, world, dtype))
+    return Learner(model, cfg, device)

@@ -1,0 +1,44 @@
+"""Step 2 of an RL step: the outcome reward of each trajectory, from its final answer alone (paper Sec. 3).
+
+reward = verifier(final answer, golds) + DAPO's soft overlong penalty on the answer length (docs/rl-math.md §4).
+The verifier is strict by default (the last \\boxed{...} equals a gold exactly, docs/workflow.md "Verifiers"), as in
+MemAgent's training. `lenient` (memagent.verify.lenient_reward: extract an answer, boxed or not, then sub-exact
+match) is for small models that do not box their answers yet: under the strict rule their rewards are all 0, and the
+overlong penalty would be the only signal. Dynamic sampling filters on `Reward.correct`, not on the total.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from memagent.records import Reward, Sample, Trajectory
+from memagent.rl.shaping import overlong_penalty
+from memagent.verify import lenient_reward, strict_reward
+
+VERIFIERS: dict[str, Callable[[str, Sequence[str]], float]] = {"strict": strict_reward, "lenient": lenient_reward}
+"""Training verifiers by name (rollout.verifier): response text, gold answers -> a score in [0, 1]."""
+
+
+def score_trajectories(
+    trajectories: list[Trajectory], samples: list[Sample], *, verifier: str, answer_budget: int,
+    overlong_shaping: bool, overlong_cache_tokens: int, overlong_factor: float,
+) -> None:
+    """Set `traj.reward` of every trajectory (in place); `traj.sample_index` indexes `samples`.
+
+    verifier: a key of VERIFIERS. answer_budget: max new tokens of the answer (L_max of the overlong penalty);
+    the penalty ramps over its last `overlong_cache_tokens` tokens down to -overlong_factor, and is 0 when
+    `overlong_shaping` is off. A trajectory with an `error` (a failed LLM call) scores as a wrong answer.
+    """
+    if verifier not in VERIFIERS:
+        raise ValueError(f"verifier={verifier!r}: expected one of {sorted(VERIFIERS)}")
+    check = VERIFIERS[verifier]
+    correct = [0.0 if t.error else float(check(t.answer, samples[t.sample_index].answers)) for t in trajectories]
+    penalty = [0.0] * len(trajectories)
+    if overlong_shaping and trajectories:
+        lengths = torch.tensor([t.answer_tokens for t in trajectories], dtype=torch.float64)  # [N]
+        penalty = overlong_penalty(lengths, max_len=answer_budget, cache_len=overlong_cache_tokens,
+                                   factor=overlong_factor).tolist()
+    for traj, c, p in zip(trajectories, correct, penalty):
+        traj.reward = Reward(correct=c, overlong=p)
