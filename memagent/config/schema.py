@@ -49,6 +49,8 @@ class RolloutConfig:
     """GiB of KV cache (and prefill activations) one generate call may use; rows per call follow from it (0 = off)."""
     prefill_chunk_tokens: int = 4096
     """Prompts are prefilled through the KV cache in slices of this many positions (0 = one forward)."""
+    share_prefill: bool = True
+    """Identical prompts of one generate call (a group's first round) are prefilled once and their KV cache copied."""
     dynamic_sampling: bool = True
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
     max_refill_rounds: int = 4

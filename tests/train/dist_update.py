@@ -16,7 +16,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-from memagent.training.demo_task import generate_code_lookup
+from memagent.demo.task import generate_code_lookup
 
 from memagent.config import LossConfig, OptimConfig
 from memagent.model import load_model, load_tokenizer
