@@ -1,8 +1,8 @@
-"""The paper-scale presets: the DAPO recipe and MemAgent's released recipe differ exactly where they should."""
+"""Presets and the default preset: paper recipes differ where they should; the demo runs only when asked for."""
 
 from __future__ import annotations
 
-from memagent.config import preset_config
+from memagent.config import load_config, make_config, preset_config
 
 
 def test_memagent_release_preset_is_the_released_recipe() -> None:
@@ -24,3 +24,30 @@ def test_both_paper_presets_share_scale_and_differ_only_in_the_recipe() -> None:
 def test_paper_warm_up_counts_twenty_rl_steps_of_optimizer_updates() -> None:
     cfg = preset_config("qwen2.5-7b")
     assert cfg.optim.warmup_steps == 20 * cfg.optim.mini_batches
+
+
+def test_a_model_path_without_a_preset_gets_the_generic_defaults_and_no_warm_start() -> None:
+    """The hazard of the old defaults: a user's model must never get the demo's warm start or learning rate."""
+    cfg = load_config(["--model.path", "some/model", "--data.train-file", "train.json"])
+    assert not cfg.demo.enabled
+    assert cfg.optim.lr == 1e-6 and cfg.workflow.chunk_tokens == 5000 and cfg.rollout.group_size == 16
+    assert cfg == make_config({"model": {"path": "some/model"}, "data": {"train_file": "train.json"}})
+
+
+def test_a_model_path_in_a_config_file_also_selects_the_generic_defaults(tmp_path) -> None:
+    file = tmp_path / "run.json"
+    file.write_text('{"model": {"path": "some/model"}}')
+    assert not load_config(["--config", str(file)]).demo.enabled
+
+
+def test_no_model_path_runs_the_demo_preset() -> None:
+    cfg = load_config([])
+    assert cfg == preset_config("tiny") and cfg.demo.enabled and cfg.data.task == "code_lookup"
+
+
+def test_smollm2_preset_trains_on_a_ruler_task_with_the_lenient_verifier_and_disjoint_heldout_seeds() -> None:
+    cfg = preset_config("smollm2")
+    assert cfg.rollout.verifier == "lenient" and not cfg.demo.enabled and cfg.data.task == "niah_single_1"
+    assert cfg.rollout.overlong_cache_tokens < cfg.workflow.answer_tokens
+    heldout_seeds = {cfg.data.seed + 1000 * f + 1 for f in cfg.data.eval_chunk_factors}
+    assert cfg.data.seed not in heldout_seeds
