@@ -4,7 +4,7 @@
     python evaluate.py --model DIR --task niah_single_1 --lengths 1024 2048 4096 --num-samples 8 --baseline both
     python evaluate.py --api-base URL --api-model NAME --tokenizer DIR --task kv_retrieval --lengths 2048
 
-Settings follow MemAgent's offline evaluation (memagent-spec.md §1): chunk 5000 / memory 1024 / answer 1024 tokens,
+Settings follow MemAgent's offline evaluation (docs/workflow.md): chunk 5000 / memory 1024 / answer 1024 tokens,
 no cap on the number of chunks, temperature 0.7 and top_p 0.95 (`--greedy` for temperature 0). Scoring is lenient
 (memagent.evaluation.scoring): string_match_all for RULER families, sub-exact-match (+ EM, F1) for QA-like tasks.
 `--baseline full-context` answers from the whole document in one prompt, middle-truncated to the model's window;

@@ -3,7 +3,7 @@
 A backend answers a batch of `ChatRequest`s in one call: the scheduler gathers every pending request of every
 agent and sends them together, so a local backend fills one generation batch and an HTTP backend fires them
 concurrently. Backends also carry the policy tokenizer, because MemAgent chunks documents and budgets prompts
-in the policy's own tokens (memagent-spec.md §1), whichever process runs the model.
+in the policy's own tokens (docs/workflow.md), whichever process runs the model.
 """
 
 from __future__ import annotations
