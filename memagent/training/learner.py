@@ -160,7 +160,7 @@ class Learner:
 
 
 def skip_deepspeed_cpu_jit() -> None:
-    """On CPU, DeepSpeed builds its shm-comm op with g++ (~95 s) at init; gloo does not need it (env.md §1)."""
+    """On CPU, DeepSpeed builds its shm-comm op with g++ (~95 s) at init; gloo does not need it (docs/training.md)."""
     import deepspeed.comm.torch  # noqa: F401  (the module object is only reachable through sys.modules)
 
     sys.modules["deepspeed.comm.torch"].build_shm_op = lambda: None  # type: ignore[attr-defined]
