@@ -6,7 +6,7 @@ keeps it alive for backward. Here the decoder runs once; the output head then ru
 chunks of `chunk_tokens`, each chunk going logits -> / temperature -> float32 log-softmax -> gather, under
 `torch.utils.checkpoint` so backward recomputes a chunk's logits instead of storing them. The head's peak memory
 is then a few [chunk_tokens, V] float32 tensors (logits, log-softmax and their gradients while one chunk is in
-backward; BENCHMARKS.md has measurements). Positions that are padding, a row's first real token (no prefix) or
+backward; bench/logprobs.md has measurements). Positions that are padding, a row's first real token (no prefix) or
 outside `target_mask` are skipped and hold 0, so their head cost is not paid at all.
 
 All chunks run inside ONE call of the head module (its forward is swapped for the chunk loop during the call), so

@@ -10,7 +10,7 @@ the tokens ranked before it is < top_p, as in Hugging Face); tokens tied with th
 makes the set independent of how a sort breaks ties.
 
 Speed. Rollouts dominate RL training time, and a full-vocabulary sort costs more than a small model's whole decode
-step at V = 32000 on CPU (measured in BENCHMARKS.md). So:
+step at V = 32000 on CPU (measured in bench/generate.md). So:
 - plain softmax sampling sorts nothing: inverse-CDF sampling with one uniform per row (faster than
   torch.multinomial, a Gumbel or an exponential race, which all draw V random numbers per row), in two levels on
   a wide vocabulary (a block of tokens, then a token in it) so that no [B, V] cumulative sum is written. On a CPU

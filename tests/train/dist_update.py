@@ -16,9 +16,9 @@ import sys
 
 import torch
 import torch.distributed as dist
-from memagent.demo.task import generate_code_lookup
 
 from memagent.config import LossConfig, OptimConfig
+from memagent.demo.task import generate_code_lookup
 from memagent.model import load_model, load_tokenizer
 from memagent.rl.step import (
     TrainRow,
