@@ -16,6 +16,9 @@ the library has one packing). Reported per setting: rollout, old log-prob and up
 row tokens / update seconds) and the padded fraction of the update's micro-batches. Models: "tiny" (the demo's
 tiny Qwen2, built into runs/bench/tiny if missing) and "smollm2" (models/smollm2-135m-instruct from `make smollm2`;
 skipped with a message when absent). The last line is `update speedup (all of 1-3 vs none): X.XXx` of the last model.
+bf16 runs only where it is native (memagent.model.precision: CUDA, or a CPU with AVX512-BF16/AMX); elsewhere torch
+emulates it, many times slower than fp32, so the bf16 rows are skipped with a message and "all" is packed + shared
+in fp32 (`--force-bf16` runs them anyway).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from memagent.data import make_task  # noqa: E402
 from memagent.demo.task import corpus  # noqa: E402
 from memagent.model import build_tiny_model, load_model, load_tokenizer  # noqa: E402
-from memagent.model.precision import autocast  # noqa: E402
+from memagent.model.precision import autocast, training_autocast  # noqa: E402
 from memagent.rl import packing, step  # noqa: E402
 from memagent.rl.rewards import score_trajectories  # noqa: E402
 from memagent.rl.rows import trajectories_to_rows  # noqa: E402
@@ -61,6 +64,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-tokens", type=int, default=64)
     parser.add_argument("--answer-tokens", type=int, default=32)
     parser.add_argument("--budget", type=int, default=4096, help="micro-batch token budget (rows x padded length)")
+    parser.add_argument("--force-bf16", action="store_true", help="run the bf16 rows on a CPU without native bf16")
     return parser.parse_args(argv)
 
 
@@ -130,8 +134,14 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
           f"memory {args.memory_tokens}, answer {args.answer_tokens}, budget {args.budget}", flush=True)
     print("| setting | rollout s | old log-probs s | update s | row tokens | update tok/s | padded | vs none |")
     print("|---|---|---|---|---|---|---|---|")
+    native = training_autocast("auto", torch.device("cpu"), torch.float32) is not None
+    if not (native or args.force_bf16):
+        print("bf16 is not native on this CPU (no AVX512-BF16/AMX): the bf16 rows are skipped and the rest run in fp32")
     results = {}
     for label, bf16, sort, share in SETTINGS:
+        bf16 = bf16 and (native or args.force_bf16)
+        if label == "+bf16" and not bf16:
+            continue
         r = one_step(copy.deepcopy(base), tok, samples, workflow, args, bf16=bf16, sort=sort, share=share)
         results[label] = r
         speed = r["update_tok_s"] / results["none"]["update_tok_s"]
