@@ -132,11 +132,11 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
     samples = make_task("niah_single_1", tok, args.chunk_tokens * args.chunks, args.questions, seed=0)
     print(f"\n{name}: {args.questions} questions x G {args.group}, {args.chunks} chunks of {args.chunk_tokens}, "
           f"memory {args.memory_tokens}, answer {args.answer_tokens}, budget {args.budget}", flush=True)
-    print("| setting | rollout s | old log-probs s | update s | row tokens | update tok/s | padded | vs none |")
-    print("|---|---|---|---|---|---|---|---|")
     native = training_autocast("auto", torch.device("cpu"), torch.float32) is not None
     if not (native or args.force_bf16):
         print("bf16 is not native on this CPU (no AVX512-BF16/AMX): the bf16 rows are skipped and the rest run in fp32")
+    print("| setting | rollout s | old log-probs s | update s | row tokens | update tok/s | padded | vs none |")
+    print("|---|---|---|---|---|---|---|---|")
     results = {}
     for label, bf16, sort, share in SETTINGS:
         bf16 = bf16 and (native or args.force_bf16)
