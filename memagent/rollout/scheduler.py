@@ -12,7 +12,7 @@ batched results equal running each agent alone, whatever the batch composition.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from memagent.records import ChatRequest, Completion
@@ -33,11 +33,14 @@ def _advance(agent: Agent[R], completion: Completion | None) -> tuple[ChatReques
     return request, None
 
 
-def run_agents(agents: Sequence[Agent[R]], llm: LLM) -> list[R]:
+def run_agents(
+    agents: Sequence[Agent[R]], llm: LLM, on_round: Callable[[int], None] | None = None
+) -> list[R]:
     """Drive every agent to completion; return their results in input order.
 
     agents: freshly created generators (not yet started). llm: the backend; it is called once per round with
-    the pending requests of all running agents, and must return one completion per request.
+    the pending requests of all running agents, and must return one completion per request. on_round: called
+    after each round with its number of completions (progress reporting).
     """
     results: list[R | None] = [None] * len(agents)
     pending: dict[int, ChatRequest] = {}
@@ -53,6 +56,8 @@ def run_agents(agents: Sequence[Agent[R]], llm: LLM) -> list[R]:
             raise ValueError(
                 f"the LLM backend returned {len(completions)} completions for {len(order)} requests"
             )
+        if on_round is not None:
+            on_round(len(completions))
         pending = {}
         for i, completion in zip(order, completions):
             request, results[i] = _advance(agents[i], completion)

@@ -31,6 +31,7 @@ from collections.abc import Generator
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from memagent.progress import progress_bar
 from memagent.records import ANSWER, MEMORY, ChatRequest, Completion, Conversation, Sample, Trajectory
 from memagent.rollout.agents import AgentResult, conversation_from_completion
 from memagent.rollout.chunking import (
@@ -38,6 +39,7 @@ from memagent.rollout.chunking import (
     as_token_array,
     center_truncate,
     iter_chunks,
+    num_chunks,
     tokenize_document,
 )
 from memagent.rollout.llm import LLM
@@ -111,12 +113,14 @@ def run_memagent(
     *,
     group_size: int = 1,
     keep_prompt_ids: bool = True,
+    show_progress: bool = False,
 ) -> list[Trajectory]:
     """Roll out every question group_size times; returns N * G trajectories, each question's G contiguous.
 
     Trajectory i answers samples[i // group_size] (sample_index = the question's position in `samples`, the
     group id of the advantage). A trajectory whose backend call failed has `error` set (the
     backend's message) and answer "", so the verifier scores it as wrong. The documents are chunked with `llm.tokenizer`.
+    show_progress: a progress bar over the conversations (K memory updates + 1 answer per trajectory) on stderr.
     """
     if group_size < 1:
         raise ValueError(f"run_memagent: group_size must be >= 1, got {group_size}")
@@ -125,16 +129,21 @@ def run_memagent(
         raise ValueError(
             "run_memagent: the LLM backend has no tokenizer; give it the policy's (chunks are in its tokens)"
         )
-    agents, lengths = [], []
+    agents, lengths, conversations = [], [], 0
     for sample in samples:
         full = tokenize_document(sample.context, tokenizer)  # once per question, shared by its G rollouts
         ids = prepare_document(full, tokenizer, config)
         lengths.append(len(full))
+        conversations += group_size * (num_chunks(len(ids), config.chunk_tokens) + 1)
         agents += [
             memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids)
             for _ in range(group_size)
         ]
-    results = run_agents(agents, llm)
+    bar = progress_bar(conversations, "rollout conversations", enabled=show_progress)
+    try:
+        results = run_agents(agents, llm, on_round=bar.update)
+    finally:
+        bar.close()
     return [
         Trajectory(
             sample_index=i // group_size,

@@ -91,8 +91,10 @@ def test_results_come_back_in_input_order() -> None:
             answer = completion.text
         return AgentResult(conversations=[], answer=answer)
 
-    results = run_agents([asks(3, "a"), asks(0, "b"), asks(1, "c"), asks(2, "d")], EchoLLM())
+    rounds: list[int] = []
+    results = run_agents([asks(3, "a"), asks(0, "b"), asks(1, "c"), asks(2, "d")], EchoLLM(), on_round=rounds.append)
     assert [r.answer for r in results] == ["a2", "", "c0", "d1"]
+    assert rounds == [3, 2, 1]  # the progress callback sees each round's completions, 6 requests in all
 
 
 def test_backend_returning_the_wrong_number_of_completions_is_refused() -> None:

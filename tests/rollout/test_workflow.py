@@ -214,3 +214,33 @@ def test_run_memagent_needs_the_backends_tokenizer() -> None:
 
     with pytest.raises(ValueError, match="tokenizer"):
         run_memagent([Sample("doc", "q", [])], NoTokenizerLLM(), _config())
+
+
+class _RecordingBar:
+    """A progress bar that remembers its total and how far it got."""
+
+    def __init__(self, total: int | None, desc: str, *, enabled: bool = True) -> None:
+        self.total, self.done, self.closed = total, 0, False
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_progress_bar_counts_every_conversation_of_truncated_and_grouped_rollouts(
+    tiny_model, tiny_tokenizer, monkeypatch
+) -> None:
+    import memagent.rollout.workflow as workflow
+
+    bars: list[_RecordingBar] = []
+    monkeypatch.setattr(workflow, "progress_bar", lambda *a, **k: bars.append(_RecordingBar(*a, **k)) or bars[-1])
+    samples = [Sample(DOCUMENT, QUESTION, []), Sample("short", QUESTION, [])]
+    config = _config(chunk_tokens=16, max_chunks=3)  # the long document is capped at 3 chunks, the short has 1
+    trajectories = run_memagent(samples, _greedy(tiny_model, tiny_tokenizer), config, group_size=2,
+                                show_progress=True)
+    [bar] = bars
+    produced = sum(len(t.conversations) for t in trajectories)
+    assert produced == 2 * (3 + 1) + 2 * (1 + 1)
+    assert bar.total == bar.done == produced and bar.closed
