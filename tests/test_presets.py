@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 from memagent.config import load_config, make_config, preset_config
 
 
@@ -49,5 +52,14 @@ def test_smollm2_preset_trains_on_a_ruler_task_with_the_lenient_verifier_and_dis
     cfg = preset_config("smollm2")
     assert cfg.rollout.verifier == "lenient" and not cfg.demo.enabled and cfg.data.task == "niah_single_1"
     assert cfg.rollout.overlong_cache_tokens < cfg.workflow.answer_tokens
-    heldout_seeds = {cfg.data.seed + 1000 * f + 1 for f in cfg.data.eval_chunk_factors}
-    assert cfg.data.seed not in heldout_seeds
+    # make smollm2-rl scores the checkpoint with evaluate.py: another seed than the training questions, the
+    # training length and 4x it, and the workflow budgets the model was trained with.
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    flags = re.search(r"SMOLLM2_EVAL = (.*?)\n\S", makefile, re.DOTALL).group(1).replace("\\\n", " ").split()
+    value = {flag: flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
+    assert int(value["--data-seed"]) != cfg.data.seed and value["--task"] == cfg.data.task
+    train_length = cfg.data.train_chunks * cfg.workflow.chunk_tokens
+    lengths = [int(x) for x in flags[flags.index("--lengths") + 1:] if x.isdigit()][:2]
+    assert lengths == [train_length, 4 * train_length]
+    assert (int(value["--chunk-tokens"]), int(value["--memory-tokens"]), int(value["--answer-tokens"])) == (
+        cfg.workflow.chunk_tokens, cfg.workflow.memory_tokens, cfg.workflow.answer_tokens)
