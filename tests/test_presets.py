@@ -63,3 +63,5 @@ def test_smollm2_preset_trains_on_a_ruler_task_with_the_lenient_verifier_and_dis
     assert lengths == [train_length, 4 * train_length]
     assert (int(value["--chunk-tokens"]), int(value["--memory-tokens"]), int(value["--answer-tokens"])) == (
         cfg.workflow.chunk_tokens, cfg.workflow.memory_tokens, cfg.workflow.answer_tokens)
+    # ... and the checkpoint it evaluates is the preset's last one.
+    assert f"{cfg.run.output_dir}/checkpoints/step_{cfg.run.steps:06d}/model" in makefile

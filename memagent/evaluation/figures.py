@@ -14,6 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
+from memagent.evaluation.plot import plot_by_method, pyplot
 from memagent.evaluation.tables import ResultRow
 
 
@@ -53,26 +54,16 @@ def _labelled(pairs: list[str], flag: str) -> list[tuple[str, str]]:
 def draw(results: list[tuple[str, list[ResultRow]]], curves: list[tuple[str, tuple[list[int], list[float]]]],
          out: str | Path) -> Path:
     """Two panels: score vs length per (label, method); training accuracy (%) vs step per label."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # no display on servers and CI
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise RuntimeError("figures need matplotlib: pip install matplotlib (or .[plot])") from e
+    plt = pyplot()
     fig, (acc, train) = plt.subplots(1, 2, figsize=(11, 4))
     for label, rows in results:
-        for method in sorted({r.method for r in rows}):
-            mine = sorted((r for r in rows if r.method == method), key=lambda r: r.length)
-            style = "-o" if method == "memagent" else "--s"
-            acc.plot([r.length for r in mine], [r.score for r in mine], style, label=f"{label} ({method})")
-    acc.set_xscale("log", base=2)
-    acc.set(xlabel="document tokens", ylabel="held-out score (%)", title="accuracy vs length")
+        plot_by_method(acc, rows, lambda r: r.score, label=f"{label}: ")
+    acc.set(ylabel="held-out score (%)", title="accuracy vs length")
     for label, (steps, values) in curves:
         train.plot(steps, [100 * v for v in values], "-o", label=label)
     train.set(xlabel="RL step", ylabel="sampled training accuracy (%)", title="training rollouts")
+    train.grid(alpha=0.3)
     for ax in (acc, train):
-        ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     fig.tight_layout()
     path = Path(out)
