@@ -141,3 +141,15 @@ def test_run_cli_turns_value_errors_into_status_2_and_keeps_other_errors(capsys)
 
     with pytest.raises(KeyError):
         run_cli(bug, [])
+
+
+@pytest.mark.slow  # fresh interpreters importing torch
+@pytest.mark.parametrize(
+    "args",
+    [["train.py", "--help"], ["evaluate.py", "--help"], ["-m", "memagent.ask", "--help"], ["-m", "memagent.serve", "--help"]],
+)
+def test_every_command_line_prints_its_help(args: list[str]) -> None:
+    proc = run(args)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("usage:"), proc.stdout[:200]
+    assert "error" not in proc.stderr

@@ -111,9 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
         group = parser.add_argument_group(name, cls.__doc__)
         docs = field_docs(cls)
         for f in dataclasses.fields(cls):
+            # argparse %-formats help strings; a literal "10%" in a field's doc must not break --help.
             flag = f"--{name.replace('_', '-')}.{f.name.replace('_', '-')}"
             group.add_argument(flag, f"--{name}.{f.name}", dest=f"{name}.{f.name}", default=None, metavar="V",
-                               help=f"{docs.get(f.name, '')} (default {f.default!r})")
+                               help=f"{docs.get(f.name, '')} (default {f.default!r})".replace("%", "%%"))
     return parser
 
 

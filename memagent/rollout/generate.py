@@ -10,11 +10,13 @@ so a row's positions start at 0 on its first real token whatever its padding.
 Sampled ids are always below `vocab_size` when it is given (the tokenizer's length): Qwen2.5 pads its embedding
 to 152064 rows for 151665 tokens, and a sampled padding id would decode to nothing and poison the next prompt.
 
-A row stops at its first EOS (kept in the output, with its log-prob) or at its own `max_new_tokens`. Finished rows
-are dropped from the running batch and from the cache at once, so late steps run on the rows still going; outputs
-come back in input order. The hot loop reads the device once per step (which rows go on?), and not even that when
-no EOS is set and no row is at its limit. Under DeepSpeed ZeRO-3 the caller gathers the parameters; this module
-does not. Works on CUDA unchanged (the generator must then be a CUDA generator).
+A row stops at its first EOS (kept in the output, with its log-prob) or at its own `max_new_tokens`. Stopped rows
+leave the running batch and the cache once they are a quarter of it (`COMPACT_FRACTION`), so late steps run on the
+rows still going without a whole-cache copy at every single stop; outputs come back in input order. The KV cache is
+written in place in a buffer sized prompt width + max_new_tokens (`preallocate_kv`, memagent.rollout.kv_cache), not
+concatenated at every step as transformers' DynamicCache does. The hot loop reads the device once per step (which
+rows go on?), and not even that when no EOS is set and no row is at its limit. Under DeepSpeed ZeRO-3 the caller
+gathers the parameters; this module does not. Works on CUDA unchanged (the generator must then be a CUDA generator).
 
 Shared prefill (`share_prefill`, on by default). Prompts that are exactly equal are prefilled once: one row per
 distinct prompt goes through the prefill forwards, then the KV cache and the last-position logits are gathered
@@ -32,8 +34,8 @@ is just over the 10% bar at this small shape, where prefill is most of the step;
 memory 1024) the prefix is ~3% of a prompt and decode dominates, so the gain shrinks to a few percent. Left as a
 follow-up (BENCHMARKS.md, "Shared prefill").
 
-Not done, on purpose: a static or preallocated KV cache (measured: within noise on CPU without torch.compile,
-and a rewrite of transformers' cache internals), and trimming left padding once the longest prompts finish.
+Not done, on purpose: torch.compile / CUDA graphs for decode (no GPU measurement yet), and trimming left padding
+once the longest prompts finish.
 """
 
 from __future__ import annotations
@@ -44,10 +46,16 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 
+from memagent.rollout.kv_cache import preallocated_cache
 from memagent.rollout.sampling import SamplingParams, sample_next_token
 
 PLAIN_SAMPLING = SamplingParams()
 """The default rule: softmax sampling at temperature 1, no truncation."""
+
+COMPACT_FRACTION = 0.25
+"""Stopped rows leave the batch (and the KV cache) once they are this fraction of it. Dropping a row copies the whole
+cache, so doing it at every stop (up to B copies per call) cost more than carrying a few idle rows, whose decode step
+is nearly free while a step is bound by reading the weights."""
 
 
 @dataclass(frozen=True)
@@ -171,6 +179,7 @@ def _decode(
     vocab_size: int | None,
     prefill_chunk_tokens: int,
     share_prefill: bool,
+    preallocate_kv: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run prefill (once per distinct prompt when share_prefill) and the decode loop; every limit must be >= 1.
 
@@ -183,7 +192,8 @@ def _decode(
     input_ids, prompt_mask = _left_pad(distinct, pad_token_id, device)  # [d, T]
     width = input_ids.shape[1]
     positions = (prompt_mask.cumsum(-1) - 1).clamp_(min=0)
-    cache = DynamicCache(config=model.config)
+    # Sized exactly: the prompt width plus every step any row may take.
+    cache = preallocated_cache(model.config, width + steps) if preallocate_kv else DynamicCache(config=model.config)
     logits = _prefill(model, input_ids, prompt_mask, positions, cache, prefill_chunk_tokens or width)  # [d, V]
     if len(distinct) < batch:
         # One row per prompt again: each copy of a prompt's KV is then extended by its own sampled tokens.
@@ -201,13 +211,15 @@ def _decode(
     lengths = torch.tensor(limits, dtype=torch.long, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device)
-    row_limits = lengths.clone()  # [b] max_new_tokens of each running row
-    rows = torch.arange(batch, device=device)  # [b] input index of each running row
+    row_limits = lengths.clone()  # [b] max_new_tokens of each resident row
+    rows = torch.arange(batch, device=device)  # [b] input index of each resident row
+    alive = torch.ones(batch, dtype=torch.bool, device=device)  # [b] resident rows still generating
     host_limits = set(limits)  # tells, without reading the device, at which steps some row may hit its limit
-    running = batch
+    running, resident = batch, batch
 
     for step in range(steps):
         ids, lps = sample_next_token(logits[:, :vocab_size], params, generator)  # [b], [b]
+        # Stopped rows that are still resident write past their length here; the output is cut at `lengths`.
         tokens[rows, step] = ids
         logprobs[rows, step] = lps
         at_limit = step + 1 in host_limits
@@ -219,17 +231,24 @@ def _decode(
         else:
             done = hit_eos | (row_limits == step + 1) if at_limit else hit_eos
         if done is not None:
-            keep = (~done).nonzero().squeeze(-1)  # the step's one device-to-host sync
-            if keep.numel() < running:
+            done = done & alive
+            stopping = int(done.sum())  # the step's one device-to-host sync
+            if stopping:
                 stopped = rows[done]
                 lengths[stopped] = step + 1
                 if hit_eos is not None:
                     finished[stopped] = hit_eos[done]
-                running = keep.numel()
+                alive = alive & ~done
+                running -= stopping
                 if running == 0:
                     break
-                rows, row_limits, ids, positions, mask = (t[keep] for t in (rows, row_limits, ids, positions, mask))
-                cache.batch_select_indices(keep)
+                if resident - running >= resident * COMPACT_FRACTION:
+                    keep = alive.nonzero().squeeze(-1)
+                    rows, row_limits, ids, positions, mask, alive = (
+                        t[keep] for t in (rows, row_limits, ids, positions, mask, alive)
+                    )
+                    cache.batch_select_indices(keep)
+                    resident = running
         positions = positions + 1
         logits = model(
             input_ids=ids[:, None],
@@ -254,6 +273,7 @@ def generate(
     vocab_size: int | None = None,
     prefill_chunk_tokens: int = 0,
     share_prefill: bool = True,
+    preallocate_kv: bool = True,
 ) -> GenerateOutput:
     """Sample continuations of token-id prompts with a Hugging Face causal LM and a DynamicCache.
 
@@ -264,7 +284,9 @@ def generate(
     vocab_size: sample only ids below it (pass len(tokenizer)); None samples from every logit. prefill_chunk_tokens:
     prefill in slices of this many positions through the cache (0 = one forward); results equal one-shot prefill.
     share_prefill: prefill each distinct prompt once and copy its KV cache to the rows that repeat it (see the
-    module docstring); results equal unshared prefill up to float rounding of a smaller batch.
+    module docstring); results equal unshared prefill up to float rounding of a smaller batch. preallocate_kv:
+    write the KV cache in place in a buffer of the final size (memagent.rollout.kv_cache) instead of transformers'
+    concatenating DynamicCache; the same numbers, less copying per decode step.
     The model runs on the device of its parameters; its train/eval mode is left as the caller set it.
     """
     if vocab_size is not None and vocab_size < 1:
@@ -281,7 +303,7 @@ def generate(
     if active:
         out_tokens, out_logprobs, lengths, out_finished = _decode(
             model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id,
-            vocab_size, prefill_chunk_tokens, share_prefill,
+            vocab_size, prefill_chunk_tokens, share_prefill, preallocate_kv,
         )
         # Built outside inference mode: clone() turns inference tensors into ordinary ones the trainer may save.
         for row, (i, n) in enumerate(zip(active, lengths.tolist())):
