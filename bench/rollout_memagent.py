@@ -12,7 +12,9 @@ prompts: the memories that feed round k + 1 are ours from round k.
 
 Per round and engine: prefill = one call with max_new_tokens = 1; decode = a full call minus that prefill. With
 EOS on, the engines sample different tokens, so the new-token counts are printed beside the times. "ours" runs
-twice per round, `share_prefill=False` ("off") then `True` ("on"); the memories of the next round are from "on".
+three times per round: "off" (no shared prefill, transformers' concatenating DynamicCache: the engine before
+issue 11), "share" (shared prefill) and "on" (shared prefill + the in-place KV cache, the defaults); the memories of
+the next round are from "on".
 
 Common-prefix sharing (not in the engine; measured here to decide whether it pays). The G prompts of a later round
 share their text up to the memory (chat-template system prompt, instruction, problem). Per round: "lcp" = mean
@@ -106,19 +108,20 @@ def time_engines(model, prompts: list[list[int]], budget: int, eos: list[int], p
                  clock) -> tuple[dict[str, RoundTiming], object]:
     """Prefill (a 1-token call) and decode (full call minus prefill) of each engine on the same prompts.
 
-    Engines: "off" / "on" = ours with share_prefill False / True, "hf" = model.generate. Returns the timings and
-    the "on" output."""
+    Engines: "off" = ours as it was (no shared prefill, transformers' concatenating DynamicCache), "share" = shared
+    prefill, "on" = shared prefill and the in-place KV cache (the defaults), "hf" = model.generate. Returns the
+    timings and the "on" output."""
     params = SamplingParams()
     timings, out = {}, None
-    for label in ("off", "on", "hf"):
+    for label in ("off", "share", "on", "hf"):
         if label != "hf":
-            share = label == "on"
-            prefill = time_round(lambda share=share: engine.generate(
+            engine_flags = {"share_prefill": label != "off", "preallocate_kv": label == "on"}
+            prefill = time_round(lambda flags=engine_flags: engine.generate(
                 model, prompts, max_new_tokens=1, eos_token_id=eos, params=params, generator=gen, pad_token_id=pad,
-                share_prefill=share), clock)
+                **flags), clock)
             t0 = clock()
             out = engine.generate(model, prompts, max_new_tokens=budget, eos_token_id=eos, params=params,
-                                  generator=gen, pad_token_id=pad, share_prefill=share)
+                                  generator=gen, pad_token_id=pad, **engine_flags)
             new = sum(len(x) for x in out.tokens)
         else:
             prefill = time_round(lambda: hf_generate(model, prompts, 1, eos, pad), clock)
@@ -221,12 +224,14 @@ def run_model(name: str, args: argparse.Namespace) -> None:
     print(f"\n{name} ({args.dtype}, {args.device}, clock {args.clock}): Q={args.questions} G={args.group} "
           f"K={args.chunks} chunk={args.chunk_tokens} memory={args.memory_tokens} answer={args.answer_tokens}")
     print(f"{'round':<8} {'rows':>4} {'prompt':>6} | {'off prefill':>11} {'decode':>7} {'new':>5} | "
-          f"{'on prefill':>10} {'decode':>7} {'new':>5} | {'HF prefill':>10} {'decode':>7} {'new':>5} | "
+          f"{'share decode':>12} {'new':>5} | {'on prefill':>10} {'decode':>7} {'new':>5} | {'HF prefill':>10} {'decode':>7} {'new':>5} | "
           f"{'pre off/on':>10} {'HF/on':>6} | {'lcp':>5} {'save':>5} {'full':>6} {'prefix':>6} {'diff':>7}")
     # Warm-up, untimed: the first forwards of a process pay for one-off allocations and kernel selection.
     engine.generate(model, [render(render_memory_update(samples[0].question, memories[0], chunks[0][0]))] * 2,
                     max_new_tokens=2, eos_token_id=eos, generator=gen, pad_token_id=pad, share_prefill=False)
-    totals = {"off": 0.0, "on": 0.0, "hf": 0.0, "prefill off": 0.0, "prefill on": 0.0, "prefix gain": 0.0}
+    totals = {"off": 0.0, "share": 0.0, "on": 0.0, "hf": 0.0, "prefill off": 0.0, "prefill on": 0.0,
+              "prefix gain": 0.0}
+    decode = {label: [0.0, 0] for label in ("off", "share", "on", "hf")}  # seconds, new tokens
     with torch.inference_mode():
         for k in range(args.chunks + 1):
             last = k == args.chunks
@@ -237,8 +242,10 @@ def run_model(name: str, args: argparse.Namespace) -> None:
             budget = args.answer_tokens if last else args.memory_tokens
 
             t, out = time_engines(model, prompts, budget, eos, pad, gen, clock)
-            for label in ("off", "on", "hf"):
+            for label in ("off", "share", "on", "hf"):
                 totals[label] += t[label].prefill + t[label].decode
+                decode[label][0] += t[label].decode
+                decode[label][1] += t[label].new_tokens
             totals["prefill off"] += t["off"].prefill
             totals["prefill on"] += t["on"].prefill
             share = None if k == 0 else measure_prefix_share(model, prompts, args.group, pad, clock)
@@ -247,16 +254,20 @@ def run_model(name: str, args: argparse.Namespace) -> None:
             if not last:
                 memories = [tok.decode(x, skip_special_tokens=True).strip() for x in out.tokens]
             mean_prompt = sum(map(len, prompts)) / len(prompts)
-            f, o, h = t["off"], t["on"], t["hf"]
+            f, sh, o, h = t["off"], t["share"], t["on"], t["hf"]
             prefix_cols = ("-" * 5 + " " + "-" * 5 + " " + "-" * 6 + " " + "-" * 6 + " " + "-" * 7 if share is None else
                            f"{share.lcp:>5.0f} {share.saved:>5.1%} {share.full:>6.2f} {share.prefix:>6.2f} "
                            f"{share.max_diff:>7.1e}")
             print(f"{'answer' if last else f'chunk {k + 1}':<8} {len(prompts):>4} {mean_prompt:>6.0f} | "
-                  f"{f.prefill:>11.2f} {f.decode:>7.2f} {f.new_tokens:>5} | {o.prefill:>10.2f} {o.decode:>7.2f} "
+                  f"{f.prefill:>11.2f} {f.decode:>7.2f} {f.new_tokens:>5} | {sh.decode:>12.2f} {sh.new_tokens:>5} | "
+                  f"{o.prefill:>10.2f} {o.decode:>7.2f} "
                   f"{o.new_tokens:>5} | {h.prefill:>10.2f} {h.decode:>7.2f} {h.new_tokens:>5} | "
                   f"{f.prefill / max(o.prefill, 1e-9):>9.2f}x {(h.prefill + h.decode) / max(o.prefill + o.decode, 1e-9):>5.2f}x | "
                   f"{prefix_cols}")
-    print(f"step total: off {totals['off']:.2f} s, on {totals['on']:.2f} s (off/on {totals['off'] / totals['on']:.2f}x), "
+    print("decode ms per new token: " + ", ".join(
+        f"{label} {1000 * sec / max(n, 1):.1f}" for label, (sec, n) in decode.items()))
+    print(f"step total: off {totals['off']:.2f} s, share {totals['share']:.2f} s, on {totals['on']:.2f} s "
+          f"(off/on {totals['off'] / totals['on']:.2f}x), "
           f"HF {totals['hf']:.2f} s (HF/on {totals['hf'] / totals['on']:.2f}x); prefill off {totals['prefill off']:.2f} s, "
           f"on {totals['prefill on']:.2f} s")
     print(f"common-prefix share, rounds 2+: would save {totals['prefix gain']:.2f} s of prefill = "

@@ -48,6 +48,10 @@ def test_no_model_path_runs_the_demo_preset() -> None:
     assert cfg == preset_config("tiny") and cfg.demo.enabled and cfg.data.task == "code_lookup"
 
 
+SMOLLM2_WINDOW = 8192
+"""SmolLM2-135M-Instruct's max_position_embeddings (its config.json; the model itself is not in CI)."""
+
+
 def test_smollm2_preset_trains_on_a_ruler_task_with_the_lenient_verifier_and_disjoint_heldout_seeds() -> None:
     cfg = preset_config("smollm2")
     assert cfg.rollout.verifier == "lenient" and not cfg.demo.enabled and cfg.data.task == "niah_single_1"
@@ -59,8 +63,10 @@ def test_smollm2_preset_trains_on_a_ruler_task_with_the_lenient_verifier_and_dis
     value = {flag: flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
     assert int(value["--data-seed"]) != cfg.data.seed and value["--task"] == cfg.data.task
     train_length = cfg.data.train_chunks * cfg.workflow.chunk_tokens
-    lengths = [int(x) for x in flags[flags.index("--lengths") + 1:] if x.isdigit()][:2]
-    assert lengths == [train_length, 4 * train_length]
+    lengths = [int(x) for x in flags[flags.index("--lengths") + 1:] if x.isdigit()][:3]
+    assert lengths[:2] == [train_length, 4 * train_length]
+    assert lengths[2] > SMOLLM2_WINDOW  # one length beyond the window, where the full-context baseline truncates
+    assert "--baseline full-context" in makefile
     assert (int(value["--chunk-tokens"]), int(value["--memory-tokens"]), int(value["--answer-tokens"])) == (
         cfg.workflow.chunk_tokens, cfg.workflow.memory_tokens, cfg.workflow.answer_tokens)
     # ... and the checkpoint it evaluates is the preset's last one.

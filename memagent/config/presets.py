@@ -47,22 +47,23 @@ PRESETS: dict[str, Preset] = {
         run={"steps": 2, "output_dir": "runs/smoke", "save_every": 1, "trace_every": 1, "progress": False},
     ),
     # SmolLM2-135M-Instruct on this 2-core CPU (`make smollm2-rl`, docs/evaluation.md): niah_single_1 at 512 tokens
-    # (2 chunks of 256), 4 questions x G 4, four updates per step (a step costs ~15 min at one core, so more
-    # updates per rollout: the later ones are slightly off-policy, which the clipped ratio is for, and cost no extra
-    # forward pass). Lenient reward: the untrained model never boxes its answer, so the strict verifier would
-    # give all-zero groups; the answer budget leaves 16 tokens of overlong ramp. No in-run held-out evaluation:
-    # evaluate.py scores the checkpoint on questions of another seed (--data-seed 1).
+    # (2 chunks of 256), 8 questions x G 4 and two updates of 16 trajectories per step (one seed of the first
+    # recipe, 4 questions and 4 updates per step, peaked and fell back: more rollouts per step, fewer off-policy
+    # updates per rollout). Lenient reward: the untrained model never boxes its answer, so the strict verifier would
+    # give all-zero groups; the answer budget leaves 16 tokens of overlong ramp. micro_batch_tokens 2048 keeps the
+    # update near 6 GB (4096 took 12 GB without checkpointing; the sum is exact either way). No in-run held-out
+    # evaluation: evaluate.py scores the checkpoint on questions of another seed (--data-seed 1).
     "smollm2": {
         "model": {"path": "models/smollm2-135m-instruct"},
         "workflow": {"chunk_tokens": 256, "memory_tokens": 64, "answer_tokens": 32, "max_chunks": 8,
                      "question_tokens": 64},
-        "rollout": {"batch_size": 4, "group_size": 4, "verifier": "lenient", "overlong_cache_tokens": 16,
+        "rollout": {"batch_size": 8, "group_size": 4, "verifier": "lenient", "overlong_cache_tokens": 16,
                     "max_refill_rounds": 2},
-        "optim": {"lr": 4e-5, "warmup_steps": 4, "weight_decay": 0.0, "mini_batches": 4, "micro_batch_tokens": 4096},
+        "optim": {"lr": 4e-5, "warmup_steps": 4, "weight_decay": 0.0, "mini_batches": 2, "micro_batch_tokens": 2048},
         "data": {"task": "niah_single_1", "train_chunks": 2, "num_train": 512, "num_eval": 0,
                  "eval_chunk_factors": ()},
         "eval": {"every": 0, "temperature": 0.0, "top_p": 1.0},
-        "run": {"steps": 6, "output_dir": "runs/smollm2", "save_every": 2, "trace_every": 1},
+        "run": {"steps": 8, "output_dir": "runs/smollm2", "save_every": 1, "trace_every": 1},
     },
     # MemAgent 7B (arXiv 2507.02259; run_memory_7B.sh): 128 questions x 16 rollouts, 16 updates per step.
     "qwen2.5-7b": {
