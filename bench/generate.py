@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 
 from memagent.model.tiny import TinyModelConfig, random_qwen2  # noqa: E402
 from memagent.rollout import sampling  # noqa: E402
+from memagent.rollout.prefill import left_pad  # noqa: E402
 from memagent.rollout.sampling import SamplingParams, sample_next_token  # noqa: E402
 
 # The package re-exports the function `generate` under the submodule's name, so fetch the module itself.
@@ -65,7 +66,7 @@ def make_prompts(batch: int, vocab: int, seed: int = 0) -> list[list[int]]:
 def hf_generate(model: torch.nn.Module, prompts: list[list[int]], new_tokens: int, top_p: float) -> None:
     """Hugging Face generate with the same sampling rule; the left padding is built the same way as ours."""
     device = next(model.parameters()).device
-    ids, mask = engine._left_pad(prompts, 0, device)
+    ids, mask = left_pad(prompts, 0, device)
     model.generate(
         input_ids=ids,
         attention_mask=mask,

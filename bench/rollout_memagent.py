@@ -51,6 +51,7 @@ from memagent.rollout.prompts import render_final_answer, render_memory_update, 
 from memagent.rollout.sampling import SamplingParams  # noqa: E402
 
 engine = importlib.import_module("memagent.rollout.generate")
+prefill = importlib.import_module("memagent.rollout.prefill")
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
 TINY = ROOT / "runs" / "bench" / "tiny"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -91,7 +92,7 @@ def model_dir(name: str) -> Path | None:
 def hf_generate(model, prompts: list[list[int]], max_new: int, eos: list[int], pad: int) -> list[int]:
     """model.generate on left-padded prompts at temperature 1, no truncation; returns new tokens per row."""
     device = next(model.parameters()).device
-    ids, mask = engine._left_pad(prompts, pad, device)
+    ids, mask = prefill.left_pad(prompts, pad, device)
     out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
                          max_new_tokens=max_new, pad_token_id=pad, eos_token_id=eos)
     new = out[:, ids.shape[1]:]
@@ -144,9 +145,9 @@ def common_prefix(rows: list[list[int]]) -> int:
 @torch.inference_mode()
 def full_prefill(model, prompts: list[list[int]], pad: int) -> torch.Tensor:
     """Last-position logits [B, V] of a plain left-padded prefill through a fresh cache (the engine's own)."""
-    ids, mask = engine._left_pad(prompts, pad, next(model.parameters()).device)
+    ids, mask = prefill.left_pad(prompts, pad, next(model.parameters()).device)
     positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-    return engine._prefill(model, ids, mask, positions, DynamicCache(config=model.config), ids.shape[1])
+    return prefill.forward_through_cache(model, ids, mask, positions, DynamicCache(config=model.config), 0)
 
 
 @torch.inference_mode()
@@ -159,12 +160,12 @@ def prefix_shared_prefill(model, prompts: list[list[int]], group: int, pad: int)
     device = next(model.parameters()).device
     groups = [prompts[i:i + group] for i in range(0, len(prompts), group)]
     lcps = [min(common_prefix(g), min(map(len, g)) - 1) for g in groups]
-    ids, prefix_mask = engine._left_pad([g[0][:n] for g, n in zip(groups, lcps)], pad, device)
+    ids, prefix_mask = prefill.left_pad([g[0][:n] for g, n in zip(groups, lcps)], pad, device)
     cache = DynamicCache(config=model.config)
-    engine._prefill(model, ids, prefix_mask, (prefix_mask.cumsum(-1) - 1).clamp_(min=0), cache, ids.shape[1])
+    prefill.forward_through_cache(model, ids, prefix_mask, (prefix_mask.cumsum(-1) - 1).clamp_(min=0), cache, 0)
     expand = torch.arange(len(groups), device=device).repeat_interleave(group)
     cache.reorder_cache(expand)
-    suffix_ids, suffix_mask = engine._left_pad([p[n:] for g, n in zip(groups, lcps) for p in g], pad, device)
+    suffix_ids, suffix_mask = prefill.left_pad([p[n:] for g, n in zip(groups, lcps) for p in g], pad, device)
     mask = torch.cat([prefix_mask.index_select(0, expand), suffix_mask], dim=1)  # [pads][prefix][pads][suffix]
     positions = (mask.cumsum(-1) - 1).clamp_(min=0)[:, ids.shape[1]:]
     return model(input_ids=suffix_ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,

@@ -18,21 +18,11 @@ concatenated at every step as transformers' DynamicCache does. The hot loop read
 rows go on?), and not even that when no EOS is set and no row is at its limit. Under DeepSpeed ZeRO-3 the caller
 gathers the parameters; this module does not. Works on CUDA unchanged (the generator must then be a CUDA generator).
 
-Shared prefill (`share_prefill`, on by default). Prompts that are exactly equal are prefilled once: one row per
-distinct prompt goes through the prefill forwards, then the KV cache and the last-position logits are gathered
-back to one row per prompt (`Cache.reorder_cache`, an index_select on the batch dim of every layer) before the
-first token is sampled. In the first round of a MemAgent group rollout the G trajectories of a question send the
-same prompt, so that round's prefill shrinks by G. The expanded cache is as large as an unshared one; what drops
-is the prefill compute and its peak activations. Sampling is untouched: every row still draws its own tokens.
-
-Common-prefix sharing (later rounds: a group's G prompts agree up to the memory: system prompt, instruction and
-problem) is not in the engine yet. Measured with bench/rollout_memagent.py's prototype (prefix prefilled once,
-cache copied, suffixes behind middle padding; logits within 4e-5 of a full prefill), Q=2 G=4 K=2, chunk 512,
-memory 64, 1 thread CPU: a common prefix of 160 tokens (SmolLM2) / 264 (tiny) is 16% / 22% of a memory round's
-prefill tokens, and the whole step would gain 13.0% / 11.4% (load ~1; 5.9% / 12.0% in a run at load 2-3). That
-is just over the 10% bar at this small shape, where prefill is most of the step; at the paper's shape (chunk 5000,
-memory 1024) the prefix is ~3% of a prompt and decode dominates, so the gain shrinks to a few percent. Left as a
-follow-up (BENCHMARKS.md, "Shared prefill").
+Shared prefill (`share_prefill`, on by default; memagent.rollout.prefill). Identical prompts are prefilled once and
+their KV cache copied to each of their rows (round 1 of a group rollout: the G prompts are equal), and prompts that
+agree on at least `min_shared_prefix` leading tokens prefill that prefix once (later rounds: a group's prompts agree
+up to the memory). The expanded cache is as large as an unshared one; what drops is prefill compute and its peak
+activations. Sampling is untouched: every row still draws its own tokens.
 
 Not done, on purpose: torch.compile / CUDA graphs for decode (no GPU measurement yet), and trimming left padding
 once the longest prompts finish.
@@ -47,6 +37,7 @@ from torch import Tensor
 from transformers import DynamicCache
 
 from memagent.rollout.kv_cache import preallocated_cache
+from memagent.rollout.prefill import prefill_prompts
 from memagent.rollout.sampling import SamplingParams, sample_next_token
 
 PLAIN_SAMPLING = SamplingParams()
@@ -96,57 +87,6 @@ def _check_inputs(
     return limits, eos
 
 
-def _left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Left-pad prompts. Returns input ids [B, T] long and attention mask [B, T] long (0 on pads)."""
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for row, prompt in enumerate(prompts):
-        ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-        mask[row, width - len(prompt) :] = 1
-    return ids.to(device), mask.to(device)
-
-
-def _distinct_prompts(prompts: list[list[int]]) -> tuple[list[list[int]], list[int]]:
-    """Deduplicate prompts, keeping first occurrences in order.
-
-    Returns (distinct, inverse): distinct[inverse[i]] == prompts[i] for every i, len(distinct) <= len(prompts).
-    Equal means equal token ids; the longest prompt survives, so left padding keeps the same width.
-    """
-    index: dict[tuple[int, ...], int] = {}
-    distinct: list[list[int]] = []
-    inverse: list[int] = []
-    for prompt in prompts:
-        key = tuple(prompt)
-        if key not in index:
-            index[key] = len(distinct)
-            distinct.append(prompt)
-        inverse.append(index[key])
-    return distinct, inverse
-
-
-def _prefill(
-    model: torch.nn.Module, input_ids: Tensor, mask: Tensor, positions: Tensor, cache: DynamicCache, chunk: int
-) -> Tensor:
-    """Run the prompts through the cache in slices of `chunk` positions; return the last position's logits.
-
-    input_ids, mask, positions: [b, T] long (left padded, mask 0 on pads, positions = cumsum(mask) - 1 clamped).
-    Returns [b, V] logits in the model's dtype; `cache` then holds the T positions of every row.
-    """
-    width = input_ids.shape[1]
-    for start in range(0, width, chunk):
-        end = min(start + chunk, width)
-        out = model(
-            input_ids=input_ids[:, start:end],
-            attention_mask=mask[:, :end],
-            position_ids=positions[:, start:end],
-            cache=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-    return out.logits[:, -1, :]
-
-
 def _decode_mask(model: torch.nn.Module, mask: Tensor) -> Tensor:
     """The attention mask to hand the model at decode steps, for all steps at once (sliced on its last dim).
 
@@ -179,28 +119,26 @@ def _decode(
     vocab_size: int | None,
     prefill_chunk_tokens: int,
     share_prefill: bool,
+    min_shared_prefix: int,
     preallocate_kv: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Run prefill (once per distinct prompt when share_prefill) and the decode loop; every limit must be >= 1.
+    """Run prefill (memagent.rollout.prefill) and the decode loop; every limit must be >= 1.
 
     Returns, on CPU: tokens [B, S] long and logprobs [B, S] float32 (S = max(limits); only the first lengths[i]
     entries of row i are meaningful), lengths [B] long, and finished [B] bool (stopped on EOS).
     """
     device = next(model.parameters()).device
     batch, steps = len(prompts), max(limits)
-    distinct, inverse = _distinct_prompts(prompts) if share_prefill else (prompts, None)
-    input_ids, prompt_mask = _left_pad(distinct, pad_token_id, device)  # [d, T]
-    width = input_ids.shape[1]
-    positions = (prompt_mask.cumsum(-1) - 1).clamp_(min=0)
-    # Sized exactly: the prompt width plus every step any row may take.
-    cache = preallocated_cache(model.config, width + steps) if preallocate_kv else DynamicCache(config=model.config)
-    logits = _prefill(model, input_ids, prompt_mask, positions, cache, prefill_chunk_tokens or width)  # [d, V]
-    if len(distinct) < batch:
-        # One row per prompt again: each copy of a prompt's KV is then extended by its own sampled tokens.
-        expand = torch.tensor(inverse, dtype=torch.long, device=device)
-        cache.reorder_cache(expand)
-        logits, prompt_mask, positions = (t.index_select(0, expand) for t in (logits, prompt_mask, positions))
-    positions = positions[:, -1:]  # [b, 1] position of each row's last token
+
+    def new_cache(width: int) -> DynamicCache:  # sized exactly: the prompt width plus every step a row may take
+        return preallocated_cache(model.config, width + steps) if preallocate_kv else DynamicCache(config=model.config)
+
+    start = prefill_prompts(
+        model, prompts, pad_token_id=pad_token_id, chunk=prefill_chunk_tokens, new_cache=new_cache,
+        share_prefill=share_prefill, min_shared_prefix=min_shared_prefix,
+    )
+    logits, prompt_mask, positions, cache = start.logits, start.mask, start.last_positions, start.cache
+    width = prompt_mask.shape[1]
 
     # Preallocated: every decode step's attention mask is a prefix view of `mask`; outputs are written in place.
     full_mask = torch.ones((batch, width + steps), dtype=torch.long, device=device)
@@ -273,6 +211,7 @@ def generate(
     vocab_size: int | None = None,
     prefill_chunk_tokens: int = 0,
     share_prefill: bool = True,
+    min_shared_prefix: int = 32,
     preallocate_kv: bool = True,
 ) -> GenerateOutput:
     """Sample continuations of token-id prompts with a Hugging Face causal LM and a DynamicCache.
@@ -284,7 +223,9 @@ def generate(
     vocab_size: sample only ids below it (pass len(tokenizer)); None samples from every logit. prefill_chunk_tokens:
     prefill in slices of this many positions through the cache (0 = one forward); results equal one-shot prefill.
     share_prefill: prefill each distinct prompt once and copy its KV cache to the rows that repeat it (see the
-    module docstring); results equal unshared prefill up to float rounding of a smaller batch. preallocate_kv:
+    module docstring); results equal unshared prefill up to float rounding of a smaller batch. min_shared_prefix:
+    with share_prefill, prompts agreeing on at least this many leading tokens prefill them once (0 = only identical
+    prompts are shared; memagent.rollout.prefill). preallocate_kv:
     write the KV cache in place in a buffer of the final size (memagent.rollout.kv_cache) instead of transformers'
     concatenating DynamicCache; the same numbers, less copying per decode step.
     The model runs on the device of its parameters; its train/eval mode is left as the caller set it.
@@ -303,7 +244,7 @@ def generate(
     if active:
         out_tokens, out_logprobs, lengths, out_finished = _decode(
             model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id,
-            vocab_size, prefill_chunk_tokens, share_prefill, preallocate_kv,
+            vocab_size, prefill_chunk_tokens, share_prefill, min_shared_prefix, preallocate_kv,
         )
         # Built outside inference mode: clone() turns inference tensors into ordinary ones the trainer may save.
         for row, (i, n) in enumerate(zip(active, lengths.tolist())):

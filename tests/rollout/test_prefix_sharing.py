@@ -1,0 +1,129 @@
+"""Common-prefix sharing: prompts that agree on a long prefix prefill it once, and decode as if each had its own."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from transformers import PreTrainedModel
+
+from memagent.rollout import SamplingParams, generate
+from memagent.rollout.prefill import shared_prefix_runs
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def common_prefix(rows: list[list[int]]) -> int:
+    n = min(map(len, rows))
+    return next((i for i in range(n) if any(r[i] != rows[0][i] for r in rows)), n)
+
+
+def set_partitions(items: list[int]):
+    """Every partition of `items` into non-empty groups (the slow obvious reference's search space)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for partition in set_partitions(rest):
+        yield [[first], *partition]
+        for k in range(len(partition)):
+            yield [*partition[:k], [first, *partition[k]], *partition[k + 1 :]]
+
+
+def best_saving_by_brute_force(prompts: list[list[int]], min_shared: int) -> int:
+    """Largest sum of (size - 1) * usable prefix over all groupings (usable: >= min_shared, leaves a token each)."""
+    best = 0
+    for partition in set_partitions(list(range(len(prompts)))):
+        saving = 0
+        for group in partition:
+            rows = [prompts[i] for i in group]
+            usable = min(common_prefix(rows), min(map(len, rows)) - 1)
+            if len(group) >= 2 and usable >= min_shared:
+                saving += (len(group) - 1) * usable
+        best = max(best, saving)
+    return best
+
+
+distinct_prompt_sets = st.lists(
+    st.lists(st.integers(0, 2), min_size=1, max_size=7), min_size=1, max_size=6, unique_by=tuple
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompts=distinct_prompt_sets, min_shared=st.integers(1, 4))
+def test_prefix_runs_save_as_many_tokens_as_the_best_grouping(prompts, min_shared):
+    runs = shared_prefix_runs(prompts, min_shared)
+    assert sum((len(rows) - 1) * n for rows, n in runs) == best_saving_by_brute_force(prompts, min_shared)
+
+
+@settings(max_examples=300, deadline=None)
+@given(prompts=distinct_prompt_sets, min_shared=st.integers(1, 4))
+def test_every_run_shares_its_prefix_and_leaves_each_row_a_token_of_its_own(prompts, min_shared):
+    runs = shared_prefix_runs(prompts, min_shared)
+    seen = [row for rows, _ in runs for row in rows]
+    assert len(seen) == len(set(seen))  # a prompt is in at most one run
+    for rows, n in runs:
+        assert len(rows) >= 2 and n >= min_shared
+        assert all(prompts[r][:n] == prompts[rows[0]][:n] and len(prompts[r]) > n for r in rows)
+
+
+@pytest.fixture
+def model(tiny_model: PreTrainedModel) -> PreTrainedModel:
+    """The tiny model with its matrices scaled 6x, for varied greedy continuations (see test_generate.py)."""
+    with torch.no_grad():
+        for p in tiny_model.parameters():
+            if p.dim() == 2:
+                p.mul_(6.0)
+    return tiny_model
+
+
+@pytest.fixture
+def grouped_prompts(model: PreTrainedModel) -> list[list[int]]:
+    """Shaped like a later MemAgent round: 3 questions x G 3, a group agrees up to its 'memory'; a row repeats,
+    and one prompt shares nothing with the others."""
+    g = torch.Generator().manual_seed(2)
+
+    def tokens(n: int) -> list[int]:
+        return torch.randint(3, model.config.vocab_size, (n,), generator=g).tolist()
+
+    template = tokens(6)
+    prompts = []
+    for _ in range(3):
+        problem, chunk = tokens(9), tokens(5)
+        prompts += [template + problem + tokens(k) + chunk for k in (1, 4, 2)]
+    prompts.append(list(prompts[4]))
+    prompts.append(tokens(7))
+    return prompts
+
+
+@pytest.mark.parametrize("chunk", [0, 4])
+def test_greedy_decoding_with_shared_prefixes_equals_unshared_prefill(model, grouped_prompts, chunk):
+    limits = [5, 9, 3, 12, 6, 8, 7, 10, 4, 11, 6]
+    kwargs = dict(max_new_tokens=limits, eos_token_id=None, params=GREEDY, prefill_chunk_tokens=chunk)
+    unshared = generate(model, grouped_prompts, share_prefill=False, **kwargs)
+    shared = generate(model, grouped_prompts, share_prefill=True, min_shared_prefix=8, **kwargs)
+    assert shared.tokens == unshared.tokens
+    for a, b in zip(shared.logprobs, unshared.logprobs):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
+
+
+def test_shared_prefixes_are_prefilled_once_per_group(model, grouped_prompts):
+    shapes: list[tuple[int, int]] = []
+    handle = model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        generate(model, grouped_prompts, max_new_tokens=2, eos_token_id=None, params=GREEDY, min_shared_prefix=8)
+    finally:
+        handle.remove()
+    prefix, suffix = shapes[0], shapes[1]
+    assert prefix[0] == 3  # one row per question group: template + problem (15 tokens) shared by its 3 prompts
+    assert prefix[1] == 15
+    assert suffix[0] == 10  # one row per distinct prompt: the repeated one is copied afterwards
+    assert suffix[1] == 9  # the longest suffix: a memory of 4 tokens and a chunk of 5
+
+
+def test_no_prefix_is_shared_below_the_minimum(model, grouped_prompts):
+    runs = shared_prefix_runs(grouped_prompts[:-2], min_shared_prefix=16)
+    assert runs == []
