@@ -51,8 +51,9 @@ class LocalLLM:
     scale, where one round can be 128 x 16 prompts of ~7K tokens) with each request's own max_new_tokens;
     responses are decoded with special tokens skipped.
     The Completion keeps the token ids and behaviour log-probs, which the trainer needs.
-    share_prefill (default True) prefills identical prompts of one call once (`generate`): the G first-round
-    prompts of a MemAgent group are one prefill. The scheduler keeps a group's requests contiguous, so they share
+    share_prefill (default True) prefills identical prompts of one call once, and common prefixes of 32+ tokens
+    once (`generate`, memagent.rollout.prefill): the G first-round prompts of a MemAgent group are one prefill, and
+    in later rounds a group's template and problem are. The scheduler keeps a group's requests contiguous, so they share
     a call unless max_batch_rows or the KV-cache budget cuts the group.
     """
 
