@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from memagent.model.lora import DEFAULT_TARGETS
 from memagent.rl.loss import AGG_MODES
 from memagent.rollout.prompts import WorkflowConfig
 
@@ -27,6 +28,12 @@ class ModelConfig:
     """bf16 autocast of the forward passes over fp32 weights: auto (on GPUs and CPUs with native bf16), bfloat16, off."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (saves memory at paper scale)."""
+    lora_rank: int = 0
+    """LoRA rank r: train only rank-r adapters on lora_targets, the rest frozen (0 = full fine-tuning; no DeepSpeed)."""
+    lora_alpha: float = 16.0
+    """LoRA alpha: the adapters' update is scaled by alpha / rank."""
+    lora_targets: tuple[str, ...] = DEFAULT_TARGETS
+    """Names of the nn.Linear layers that get adapters (default: every attention and MLP projection)."""
 
 
 @dataclass(frozen=True)
@@ -264,7 +271,28 @@ def validate(cfg: TrainConfig) -> None:
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
         (cfg.model.autocast in ("auto", "bfloat16", "off"), f"model.autocast={cfg.model.autocast!r}: auto, bfloat16, off"),
         (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),
+        *lora_checks(cfg),
     ]
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+
+
+def lora_checks(cfg: TrainConfig) -> list[tuple[bool, str]]:
+    """(ok, message) pairs for the lora_* fields; which targets the model has is checked once it is loaded."""
+    m = cfg.model
+    targets = m.lora_targets
+    return [
+        (m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)"),
+        (m.lora_alpha > 0, f"model.lora_alpha={m.lora_alpha} must be > 0"),
+        (len(targets) > 0 and all(targets) and len(set(targets)) == len(targets),
+         f"model.lora_targets={targets!r}: give distinct, non-empty nn.Linear names, e.g. q_proj,v_proj"),
+        # memagent.model.logprobs applies the output head outside the model's forward, so an adapter there would
+        # escape the KL reference's bypass; the head is also tied to the embeddings in many models.
+        ("lm_head" not in targets, "model.lora_targets: lm_head cannot be adapted (only decoder projections)"),
+        # DeepSpeed wraps and checkpoints the whole module itself (bf16 casts, ZeRO partitions, its own checkpoint
+        # layout); LoRA is for the single-GPU (or DDP) case, where the frozen base needs no optimizer state.
+        (not (m.lora_rank and cfg.run.deepspeed),
+         f"model.lora_rank={m.lora_rank} with run.deepspeed: LoRA runs on plain PyTorch (one GPU or DDP under "
+         "torchrun); drop --deepspeed or set --model.lora-rank 0"),
+    ]

@@ -13,16 +13,26 @@ single-GPU users of MemAgent ask for.
   freezes every other parameter.
 - `merge_lora(model)` folds W + (alpha / r) B A back into plain `nn.Linear` modules: the result saves with
   `save_pretrained` as an ordinary HF checkpoint that transformers loads alone.
+- `merged_state_dict(model)`: the state dict of the merged model, built without touching the adapted one (a
+  training run saves it as a plain HF checkpoint and keeps training).
 - `adapter_state_dict(model)` / `load_adapter_state_dict(model, state)`: adapter-only checkpoints (A and B of every
-  adapted layer, keyed by module name), restored bit for bit.
+  adapted layer, keyed by module name), restored bit for bit; `save_adapters` / `load_adapters` write and read them
+  as one safetensors file that records rank and alpha.
+- `AdaptersOff(model)`: the adapted model with every adapter bypassed, i.e. exactly the base model, sharing its
+  weights (the KL reference of a LoRA run costs no second copy of the model).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
 from torch import Tensor, nn
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -45,10 +55,13 @@ class LoRALinear(nn.Module):
         self.lora_b = nn.Parameter(torch.zeros(base.out_features, rank, device=weight.device, dtype=torch.float32))
         nn.init.kaiming_uniform_(self.lora_a, a=math.sqrt(5))  # nn.Linear's own init for the down-projection
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
+        self.enabled = True  # False: the layer computes its base layer alone (adapters_disabled)
 
     def forward(self, x: Tensor) -> Tensor:
         """x: [..., in] -> [..., out] in the dtype of the base layer's output."""
         out = self.base(x)
+        if not self.enabled:
+            return out
         update = self.dropout(x).to(self.lora_a.dtype) @ self.lora_a.t() @ self.lora_b.t()  # [..., out]
         return out + (self.scaling * update).to(out.dtype)
 
@@ -75,12 +88,16 @@ def apply_lora(
 ) -> nn.Module:
     """Wrap the target linear layers of `model` in place and freeze everything else; returns `model`.
 
-    Raises ValueError when no module matches (a typo in target_modules would otherwise train nothing).
+    Raises ValueError when a name of target_modules matches no nn.Linear (a typo would leave that layer frozen).
     """
     targets = list(target_modules)
     found = _targets(model, targets)
-    if not found:
-        raise ValueError(f"LoRA target_modules {targets} match no nn.Linear of {type(model).__name__}")
+    # Every name must match: a typo in one of seven names would otherwise silently leave that projection frozen.
+    unmatched = sorted(set(targets) - {child_name for _, child_name, _ in found})
+    if unmatched:
+        linears = sorted({n.rpartition(".")[2] for n, m in model.named_modules() if isinstance(m, nn.Linear)})
+        raise ValueError(f"LoRA target_modules {unmatched} match no nn.Linear of {type(model).__name__} "
+                         f"(its linear layers: {linears})")
     model.requires_grad_(False)
     for parent, child_name, linear in found:
         setattr(parent, child_name, LoRALinear(linear, rank, alpha, dropout))
@@ -132,3 +149,68 @@ def load_adapter_state_dict(model: nn.Module, state: dict[str, Tensor]) -> None:
             if target.shape != value.shape:
                 raise ValueError(f"adapter {key}: shape {tuple(value.shape)} != model {tuple(target.shape)}")
             target.copy_(value)
+
+
+@torch.no_grad()
+def merged_state_dict(model: nn.Module, device: str | torch.device = "cpu") -> dict[str, Tensor]:
+    """The state dict `merge_lora(model)` would have, leaving `model` as it is.
+
+    Merged weights are built one layer at a time and moved to `device` (a GPU holds one extra layer, not a second
+    model); every other tensor is the model's own (not copied, so tied embeddings still share storage and
+    save_pretrained writes them once).
+    """
+    state = model.state_dict()
+    for name, module in lora_modules(model).items():
+        del state[f"{name}.lora_a"], state[f"{name}.lora_b"]
+        for key, value in module.base.state_dict().items():
+            del state[f"{name}.base.{key}"]
+            state[f"{name}.{key}"] = module.merged_weight().to(device) if key == "weight" else value
+    return state
+
+
+@contextlib.contextmanager
+def adapters_disabled(model: nn.Module) -> Iterator[nn.Module]:
+    """Within the context every LoRALinear of `model` computes its base layer alone."""
+    modules = list(lora_modules(model).values())
+    for module in modules:
+        module.enabled = False
+    try:
+        yield model
+    finally:
+        for module in modules:
+            module.enabled = True
+
+
+class AdaptersOff(nn.Module):
+    """The base model of an adapted model: its forward runs the adapted model with every adapter bypassed.
+
+    The adapted model is registered as `module`, like DDP's wrapped model, so helpers that look through wrappers
+    (memagent.model.logprobs finds the output head there) see the real model.
+    """
+
+    def __init__(self, adapted: nn.Module) -> None:
+        super().__init__()
+        self.module = adapted
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        with adapters_disabled(self.module):
+            return self.module(*args, **kwargs)
+
+
+def save_adapters(model: nn.Module, file: str | Path) -> None:
+    """adapter_state_dict(model) as one safetensors file, with each layer's rank and alpha in its metadata."""
+    modules = list(lora_modules(model).values())
+    meta = {"rank": str(modules[0].rank), "alpha": repr(modules[0].alpha)} if modules else {}
+    save_file(adapter_state_dict(model), str(file), metadata=meta)
+
+
+def load_adapters(model: nn.Module, file: str | Path) -> None:
+    """Load a `save_adapters` file into an adapted model; refuses another rank, alpha or set of layers."""
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        meta = f.metadata() or {}
+        state = {key: f.get_tensor(key) for key in f.keys()}
+    module = next(iter(lora_modules(model).values()), None)
+    if module is not None and (meta.get("rank"), meta.get("alpha")) != (str(module.rank), repr(module.alpha)):
+        raise ValueError(f"{file}: adapters of rank {meta.get('rank')} alpha {meta.get('alpha')}, the model has rank "
+                         f"{module.rank} alpha {module.alpha}")
+    load_adapter_state_dict(model, state)

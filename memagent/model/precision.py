@@ -7,7 +7,8 @@ forward passes run under `torch.autocast(device_type, torch.bfloat16)`, which ca
 the fly. Everything the loss depends on beyond the matmuls stays float32: the log-softmax of the output head
 (memagent.model.logprobs upcasts the logits), the ratios, clipping and the token normalizer (memagent.rl.loss),
 and the sampler's softmax (memagent.rollout.sampling upcasts too). Under DeepSpeed its own bf16 section keeps the
-fp32 master copy, so bf16 parameter storage is allowed there and nowhere else (see `storage_dtype`).
+fp32 master copy, so bf16 parameter storage is allowed there, and under LoRA, whose frozen base takes no updates and
+whose adapters stay float32 (see `storage_dtype`).
 
 Where bf16 pays: CUDA devices that support it, and CPUs with native bf16 matmuls (AVX512-BF16 or AMX; a bf16
 matmul runs about 2.2x an fp32 one on an avx512_bf16 CPU). On other CPUs bf16 is emulated and slower than fp32,
@@ -69,12 +70,13 @@ def autocast_dtype(mode: str, device: torch.device) -> torch.dtype | None:
     return None
 
 
-def storage_dtype(mode: str, device: torch.device, *, deepspeed: bool) -> torch.dtype:
-    """The dtype the trained parameters are stored in, for `model.dtype` = mode.
+def storage_dtype(mode: str, device: torch.device, *, deepspeed: bool, frozen_base: bool = False) -> torch.dtype:
+    """The dtype the model's parameters are stored in, for `model.dtype` = mode.
 
     "float32" always; "auto": bfloat16 under DeepSpeed on a device that supports it (its bf16 section keeps fp32
-    master weights), else float32; "bfloat16" only under DeepSpeed: plain AdamW on bf16 tensors drops updates
-    below the weights' bf16 resolution (all of them at lr 1e-6), so it is refused there with what to pass.
+    master weights), else float32; "bfloat16" only under DeepSpeed or with a frozen base (LoRA: the base takes no
+    updates and the adapters are float32): plain AdamW on bf16 tensors drops updates below the weights' bf16
+    resolution (all of them at lr 1e-6), so it is refused otherwise with what to pass.
     """
     if mode not in STORAGE_DTYPES:
         raise ValueError(f"model.dtype={mode!r}: expected one of {STORAGE_DTYPES}")
@@ -83,7 +85,7 @@ def storage_dtype(mode: str, device: torch.device, *, deepspeed: bool) -> torch.
     if mode == "auto":
         cuda_bf16 = device.type == "cuda" and device_supports_bf16(device)
         return torch.bfloat16 if deepspeed and cuda_bf16 else torch.float32
-    if not deepspeed:
+    if not (deepspeed or frozen_base):
         raise ValueError(
             "model.dtype=bfloat16 without DeepSpeed would train bf16 weights with no fp32 master copy (AdamW "
             "updates below the bf16 resolution vanish): pass --model.dtype float32 (bf16 compute comes from "

@@ -7,6 +7,9 @@ A checkpoint is a directory `OUTPUT/checkpoints/step_NNNNNN/` holding
                            one optimizer partition per rank)
     trainer_state.json     step, data-stream position, the config it was trained with
     rng_rank{R}.pt         python, numpy, torch (and CUDA) RNG states and the rollout torch.Generator of rank R
+    adapter.safetensors    LoRA runs only: the adapters (A and B of every adapted layer, float32, with rank and
+                           alpha), which resume restores onto the frozen base; model/ then holds the merged weights
+                           W + (alpha / r) B A, so it loads with transformers alone like any other checkpoint
 Everything is written into `checkpoints/.tmp-step_NNNNNN/`, files fsynced, then the directory is renamed into place
 and its parent fsynced: a kill at any moment leaves the previous checkpoint intact (a rename is atomic on POSIX),
 and a half-written temp directory is never mistaken for a checkpoint. Re-saving an existing step moves the old copy to
@@ -27,11 +30,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from memagent.model.lora import load_adapters, lora_modules, merged_state_dict, save_adapters
 from memagent.training.learner import Learner
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
 ASIDE_DIR = re.compile(r"^\.old-step_(\d{6,})$")
 """A complete checkpoint moved aside while the same step is re-saved; it counts until the new one is in place."""
+ADAPTER_FILE = "adapter.safetensors"
 
 
 def checkpoint_root(output_dir: str | Path) -> Path:
@@ -117,8 +122,7 @@ def save_checkpoint(
     learner.barrier()
     with learner.full_parameters() as module:
         if learner.rank == 0:
-            module.save_pretrained(tmp / "model", safe_serialization=True)
-            tokenizer.save_pretrained(tmp / "model")
+            save_model(module, tokenizer, tmp)
     learner.save_optimizer(tmp)
     torch.save(rng_state(generator), tmp / f"rng_rank{learner.rank}.pt")
     if learner.rank == 0:
@@ -140,12 +144,29 @@ def save_checkpoint(
     return final
 
 
+def save_model(module: torch.nn.Module, tokenizer: Any, directory: Path) -> None:
+    """directory/model in HF format with the tokenizer; a LoRA model also writes its adapters, and its model/ holds
+    the merged weights (built beside the live layers, which go on training unchanged)."""
+    if lora_modules(module):
+        save_adapters(module, directory / ADAPTER_FILE)
+        module.save_pretrained(directory / "model", state_dict=merged_state_dict(module), safe_serialization=True)
+    else:
+        module.save_pretrained(directory / "model", safe_serialization=True)
+    tokenizer.save_pretrained(directory / "model")
+
+
 def load_checkpoint(learner: Learner, path: Path, generator: torch.Generator) -> dict[str, Any]:
     """Restore weights, optimizer, schedule and RNG states in place; returns trainer_state.json."""
     from safetensors.torch import load_file
 
     state = json.loads((path / "trainer_state.json").read_text())
-    if not learner.optimizer_restores_weights:
+    adapted, has_adapters = bool(lora_modules(learner.unwrapped)), (path / ADAPTER_FILE).is_file()
+    if adapted != has_adapters:  # model/ alone cannot restore either kind of run: the optimizer state would not fit
+        raise ValueError(f"{path}: a {'LoRA' if has_adapters else 'full fine-tuning'} checkpoint; resume it with "
+                         f"the model.lora_rank it was trained with ({'> 0' if has_adapters else '0'})")
+    if adapted:
+        load_adapters(learner.unwrapped, path / ADAPTER_FILE)
+    elif not learner.optimizer_restores_weights:
         weights: dict[str, torch.Tensor] = {}
         for file in sorted((path / "model").glob("*.safetensors")):
             weights.update(load_file(str(file), device="cpu"))

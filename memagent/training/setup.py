@@ -5,7 +5,10 @@ Order matters: a pre-RL stage (the demo's supervised warm start) trains the plai
 (DeepSpeed copies the weights into its own flat or partitioned buffers at wrap time; training the module afterwards
 would be undone by ZeRO-1's first step, double-count gradients under ZeRO-2 and meet empty partitions under ZeRO-3),
 and the KL reference is a copy of the model RL starts from. A warm-started model is also saved to
-OUTPUT_DIR/warm_start (the reference of a resumed run, and a model to evaluate on its own).
+OUTPUT_DIR/warm_start (the reference of a resumed run, and a model to evaluate on its own). LoRA (model.lora_rank)
+adapts the model after any warm start and before the learner builds its optimizer, which then holds the adapters
+alone; a resumed LoRA run loads its frozen base from warm_start when there is one, since its checkpoints hold only
+the adapters.
 Everything here fails early with a clear message (no model path, empty data, fewer questions than a batch, an
 unwritable output dir; group_size < 2 is refused by the config itself).
 """
@@ -28,6 +31,7 @@ from torch import nn
 from memagent.config import TrainConfig
 from memagent.data import TASKS, make_task, read_samples
 from memagent.model import load_model, load_tokenizer
+from memagent.model.lora import AdaptersOff, apply_lora
 from memagent.model.precision import autocast, storage_dtype, training_autocast
 from memagent.records import Sample
 from memagent.training.checkpoint import list_checkpoints, resolve_resume
@@ -125,6 +129,15 @@ def check_data(cfg: TrainConfig, train: list[Sample]) -> None:
                          f"{cfg.rollout.batch_size}: lower the batch size or add questions")
 
 
+def adapt(model: nn.Module, cfg: TrainConfig) -> None:
+    """Wrap model.lora_targets in rank-model.lora_rank adapters and freeze everything else (in place)."""
+    m = cfg.model
+    try:
+        apply_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, target_modules=m.lora_targets)
+    except ValueError as err:  # a name the loaded model does not have: say which flag to fix
+        raise ValueError(f"model.lora_targets={m.lora_targets!r}: {err}") from err
+
+
 def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> TrainingSetup:
     """Set up everything in order (module docstring); `stage` is the optional pre-RL stage."""
     rank, world, local_rank = dist_env()
@@ -140,24 +153,36 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
     path = stage.model_path(rank, barrier) if stage is not None else cfg.model.path
     tokenizer = load_tokenizer(path)
     deepspeed_path = resolve_deepspeed_path(cfg.run.deepspeed, os.environ)
-    dtype = storage_dtype(cfg.model.dtype, device, deepspeed=bool(deepspeed_path))  # fp32 masters unless DeepSpeed
+    lora = cfg.model.lora_rank > 0
+    if lora and deepspeed_path:  # accelerate's DeepSpeed config file bypasses the config's own check
+        raise ValueError(f"model.lora_rank={cfg.model.lora_rank} with DeepSpeed ({deepspeed_path}): LoRA runs on "
+                         "plain PyTorch (one GPU or DDP under torchrun); launch without DeepSpeed")
+    # fp32 masters unless DeepSpeed; a LoRA base is frozen, so it may be stored in bf16
+    dtype = storage_dtype(cfg.model.dtype, device, deepspeed=bool(deepspeed_path), frozen_base=lora)
     amp = training_autocast(cfg.model.autocast, device, dtype)
-    model = load_model(path, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
+    warm_dir = out / "warm_start"
+    base = warm_dir if lora and resume_from is not None and (warm_dir / "config.json").is_file() else path
+    model = load_model(base, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
     model.train()
     data = stage.data(tokenizer) if stage is not None else None
     train, heldout = data if data is not None else load_data(cfg, tokenizer)
     check_data(cfg, train)
     if rank == 0:
         (out / "config.json").write_text(json.dumps(asdict(cfg), indent=1))
-    warm_dir = out / "warm_start"
     with autocast(device, amp):
         warmed = resume_from is None and stage is not None and stage.warm_start(model, tokenizer, device, rank)
     if warmed:
         if rank == 0:
             model.save_pretrained(warm_dir)
         barrier()
-    reference = None
-    if cfg.loss.kl_coef > 0:  # the policy RL starts from: the warm-started model (saved for a resumed run)
+    if lora:
+        adapt(model, cfg)
+    reference: nn.Module | None = None
+    if lora and cfg.loss.kl_coef > 0:
+        # RL starts from base + B A with B = 0, i.e. the frozen base itself: bypassing the adapters gives it
+        # exactly, sharing the policy's weights, where a deep copy would hold a second model (a 7B one on one GPU).
+        reference = AdaptersOff(model)
+    elif cfg.loss.kl_coef > 0:  # the policy RL starts from: the warm-started model (saved for a resumed run)
         reference = copy.deepcopy(model) if resume_from is None else load_model(
             warm_dir if (warm_dir / "config.json").is_file() else path, dtype=dtype, device=device)
         reference.eval().requires_grad_(False)

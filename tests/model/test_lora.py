@@ -1,5 +1,6 @@
 """LoRA from scratch: zero-initialized adapters change nothing, merging is exact, only adapters train, and
-adapter-only checkpoints restore exactly; merged weights load back as a plain HF checkpoint."""
+adapter-only checkpoints restore exactly; merged weights load back as a plain HF checkpoint; bypassing the adapters
+gives the base model exactly."""
 
 from __future__ import annotations
 
@@ -12,12 +13,16 @@ from safetensors.torch import load_file, save_file
 from memagent.model import load_model
 from memagent.model.lora import (
     DEFAULT_TARGETS,
+    AdaptersOff,
     LoRALinear,
     adapter_state_dict,
     apply_lora,
     load_adapter_state_dict,
+    load_adapters,
     lora_modules,
     merge_lora,
+    merged_state_dict,
+    save_adapters,
 )
 
 IDS = torch.tensor([[5, 17, 99, 3, 250, 41, 7, 12], [8, 8, 300, 2, 19, 64, 111, 6]])
@@ -114,3 +119,37 @@ def test_bf16_base_keeps_float32_adapters(tiny_model) -> None:
     assert layer.lora_a.dtype == torch.float32 and layer.base.weight.dtype == torch.bfloat16
     out = tiny_model(input_ids=IDS).logits
     assert out.dtype == torch.bfloat16 and torch.isfinite(out.float()).all()
+
+
+def test_one_unmatched_target_among_matching_ones_is_refused(tiny_model) -> None:
+    with pytest.raises(ValueError, match=r"\['qproj'\] match no nn.Linear"):
+        apply_lora(tiny_model, rank=4, alpha=8.0, target_modules=("v_proj", "qproj"))
+
+
+def test_adapters_off_is_exactly_the_base_model_without_a_copy(tiny_model) -> None:
+    base = logits(tiny_model)
+    apply_lora(tiny_model, rank=4, alpha=8.0)
+    randomize_adapters(tiny_model)
+    adapted = logits(tiny_model)
+    reference = AdaptersOff(tiny_model)
+    assert torch.equal(logits(reference), base)
+    assert torch.equal(logits(tiny_model), adapted), "the bypass ends with the forward"
+    assert all(p.data_ptr() in {q.data_ptr() for q in tiny_model.parameters()} for p in reference.parameters())
+
+
+def test_merged_state_dict_equals_merging_and_leaves_the_adapters_in_place(tiny_model, tiny_model_dir) -> None:
+    apply_lora(tiny_model, rank=4, alpha=8.0)
+    randomize_adapters(tiny_model, seed=2)
+    state = merged_state_dict(tiny_model)
+    assert len(lora_modules(tiny_model)) > 0
+    other = apply_lora(load_model(tiny_model_dir, dtype=torch.float32, device="cpu"), rank=4, alpha=8.0)
+    load_adapter_state_dict(other, adapter_state_dict(tiny_model))
+    expected = merge_lora(other).state_dict()
+    assert state.keys() == expected.keys() and all(torch.equal(state[k], expected[k]) for k in state)
+
+
+def test_adapter_file_of_another_alpha_is_refused(tiny_model, tiny_model_dir: Path, tmp_path: Path) -> None:
+    save_adapters(apply_lora(tiny_model, rank=4, alpha=8.0), tmp_path / "a.safetensors")
+    other = apply_lora(load_model(tiny_model_dir, dtype=torch.float32, device="cpu"), rank=4, alpha=16.0)
+    with pytest.raises(ValueError, match="alpha 8.0"):
+        load_adapters(other, tmp_path / "a.safetensors")
