@@ -57,7 +57,7 @@ class RolloutConfig:
     prefill_chunk_tokens: int = 4096
     """Prompts are prefilled through the KV cache in slices of this many positions (0 = one forward)."""
     share_prefill: bool = True
-    """Identical prompts of one generate call (a group's first round) are prefilled once and their KV cache copied."""
+    """Prefill once what one generate call's prompts share: identical prompts and common prefixes of 32+ tokens."""
     dynamic_sampling: bool = True
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
     max_refill_rounds: int = 4

@@ -89,7 +89,7 @@ def storage_dtype(mode: str, device: torch.device, *, deepspeed: bool, frozen_ba
         raise ValueError(
             "model.dtype=bfloat16 without DeepSpeed would train bf16 weights with no fp32 master copy (AdamW "
             "updates below the bf16 resolution vanish): pass --model.dtype float32 (bf16 compute comes from "
-            "--model.autocast) or run with --deepspeed"
+            "--model.autocast), run with --deepspeed, or train LoRA adapters (--model.lora-rank N) over a frozen bf16 base"
         )
     return torch.bfloat16
 
