@@ -85,9 +85,10 @@ def shared_prefix_runs(prompts: list[list[int]], min_shared_prefix: int) -> list
     min_shared_prefix; rows in no group are absent. Each prefix leaves every row of its group at least one token of
     its own, so every row has a last position to prefill. Method: sort the prompts; a run of neighbours then has
     as common prefix the smallest common prefix of adjacent ones, and a dynamic program over the cuts of the sorted
-    list maximises the saving, sum over runs of (size - 1) * prefix_len, in O(B^2). On a MemAgent round (template,
-    problem, memory, chunk) that is the best of all groupings; in general a grouping of non-neighbours can save a
-    little more (two prompts sharing a short prefix around a run sharing a longer one), which runs do not try.
+    list maximises the saving, sum over runs of (size - 1) * prefix_len, in O(B^2). On a MemAgent round it saves at
+    least what grouping by question (template + problem) or one run of all (the template) saves. Groupings of
+    non-neighbours, which can save a little more (two prompts sharing a short prefix around a run sharing a longer
+    one), are not searched.
     """
     order = sorted(range(len(prompts)), key=lambda i: prompts[i])
     n = len(order)
