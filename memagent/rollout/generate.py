@@ -107,7 +107,10 @@ def _decode_mask(model: torch.nn.Module, mask: Tensor) -> Tensor:
     return mask
 
 
-@torch.inference_mode()
+# no_grad, not inference_mode: under bf16 autocast over fp32 weights, autocast caches a weight's bf16 copy only for
+# tensors that require grad outside inference mode. In inference mode every decode step cast all the weights again
+# (SmolLM2, 8 rows: 179-205 ms a step against 156-160 ms in plain fp32; with the cache, 110-119 ms).
+@torch.no_grad()
 def _decode(
     model: torch.nn.Module,
     prompts: list[list[int]],
@@ -246,7 +249,7 @@ def generate(
             model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id,
             vocab_size, prefill_chunk_tokens, share_prefill, min_shared_prefix, preallocate_kv,
         )
-        # Built outside inference mode: clone() turns inference tensors into ordinary ones the trainer may save.
+        # Own copies, so that a row's log-probs do not keep the whole [B, S] buffer alive.
         for row, (i, n) in enumerate(zip(active, lengths.tolist())):
             tokens[i] = out_tokens[row, :n].tolist()
             logprobs[i] = out_logprobs[row, :n].clone()
