@@ -48,9 +48,9 @@ smollm2: $(STAMP)
 	$(BIN)/python -m memagent.model.smollm2 --out models/smollm2-135m-instruct
 
 # SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2, docs/evaluation.md), then evaluated on
-# the same 64 held-out questions per length (another seed than the training questions): the untrained model, the
-# full-context baseline (middle-truncated to the 8K window at 9216 tokens) and the trained model, two jobs at a time,
-# one core each, weights in bf16. Every stage resumes: rerun the same command after a stop.
+# the same 64 held-out questions per length (another seed than the training questions): the untrained model on one
+# core; the trained model, then the full-context baseline (middle-truncated to the 8K window at 9216 tokens), on the
+# other; weights in bf16. Every stage resumes: rerun the same command after a stop.
 SMOLLM2_EVAL = --task niah_single_1 --lengths 512 2048 9216 --num-samples 64 --data-seed 1 --chunk-tokens 256 \
 	--memory-tokens 64 --answer-tokens 32 --greedy --batch-size 64 --dtype bfloat16
 SMOLLM2 := models/smollm2-135m-instruct
@@ -62,9 +62,9 @@ smollm2-rl: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) $(SMOLLM2_EVAL) --baseline none \
 		--output-dir runs/smollm2-eval/untrained & untrained=$$!; \
 	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2_RL) $(SMOLLM2_EVAL) --baseline none \
-		--output-dir runs/smollm2-eval/rl & trained=$$!; \
-	wait $$untrained && OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) $(SMOLLM2_EVAL) \
-		--baseline full-context --batch-size 8 --output-dir runs/smollm2-eval/baseline && wait $$trained
+		--output-dir runs/smollm2-eval/rl && OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) \
+		$(SMOLLM2_EVAL) --baseline full-context --batch-size 8 --output-dir runs/smollm2-eval/baseline; \
+	status=$$?; wait $$untrained && exit $$status
 	@echo "tables: runs/smollm2-eval/{untrained,baseline,rl}/results.json (docs/evaluation.md)"
 
 clean:
