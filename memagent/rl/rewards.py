@@ -2,9 +2,10 @@
 
 reward = verifier(final answer, golds) + DAPO's soft overlong penalty on the answer length (docs/rl-math.md §4).
 The verifier is strict by default (the last \\boxed{...} equals a gold exactly, docs/workflow.md "Verifiers"), as in
-MemAgent's training. `lenient` (memagent.verify.lenient_reward: extract an answer, boxed or not, then sub-exact
-match) is for small models that do not box their answers yet: under the strict rule their rewards are all 0, and the
-overlong penalty would be the only signal. Dynamic sampling filters on `Reward.correct`, not on the total.
+MemAgent's training. `lenient` (memagent.verify.contained_reward: extract an answer, boxed or not; a gold must occur
+inside it) is for small models that do not box their answers yet: under the strict rule their rewards are all 0,
+and the overlong penalty would be the only signal. It is deliberately not the evaluation's sub-exact-match, which
+also pays for an answer contained in a gold and so teaches a policy to answer a fragment (one digit of a number). Dynamic sampling filters on `Reward.correct`, not on the total.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ import torch
 
 from memagent.records import Reward, Sample, Trajectory
 from memagent.rl.shaping import overlong_penalty
-from memagent.verify import lenient_reward, strict_reward
+from memagent.verify import contained_reward, strict_reward
 
-VERIFIERS: dict[str, Callable[[str, Sequence[str]], float]] = {"strict": strict_reward, "lenient": lenient_reward}
+VERIFIERS: dict[str, Callable[[str, Sequence[str]], float]] = {"strict": strict_reward, "lenient": contained_reward}
 """Training verifiers by name (rollout.verifier): response text, gold answers -> a score in [0, 1]."""
 
 

@@ -1,13 +1,14 @@
 r"""Answer verifiers: pure string functions from a model response and gold answers to a score.
 
-- Training reward (strict): `strict_reward`, the last `\boxed{...}` equals a gold exactly (docs/workflow.md, Verifiers).
+- Training reward (strict): `strict_reward`, the last `\boxed{...}` equals a gold exactly (docs/workflow.md, Verifiers);
+  the lenient training option `contained_reward` (a gold inside the extracted answer).
 - Evaluation (lenient): `normalize_answer`, `exact_match`, `f1_score`, `sub_exact_match` (HotpotQA / SQuAD
   rules) and `lenient_reward` (extract an answer, then sub-exact-match).
 - RULER: `string_match_all`, `string_match_part` per sample; batch means live in `memagent.verify.ruler`.
 """
 
 from memagent.verify.extract import extract_boxed
-from memagent.verify.lenient import lenient_reward
+from memagent.verify.lenient import contained_reward, lenient_reward
 from memagent.verify.qa_metrics import exact_match, f1_score, normalize_answer, sub_exact_match
 from memagent.verify.ruler import string_match_all, string_match_part
 from memagent.verify.strict import strict_reward
@@ -20,6 +21,7 @@ __all__ = [
     "f1_score",
     "sub_exact_match",
     "lenient_reward",
+    "contained_reward",
     "string_match_all",
     "string_match_part",
 ]

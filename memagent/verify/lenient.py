@@ -1,4 +1,11 @@
-r"""The evaluation reward: pull an answer out of free text, then score it with sub-exact-match.
+r"""Lenient rewards: pull an answer out of free text, then score it against the golds without asking for a box.
+
+- `lenient_reward`, the evaluation score: sub-exact-match, MemAgent's rule for its reported numbers.
+- `contained_reward`, the lenient *training* reward: a normalized gold must occur inside the normalized answer.
+  Sub-exact-match also pays when the answer occurs inside a gold, so a policy trained on it learns to answer a
+  fragment: one digit of a 7-digit magic number is "correct" whenever the number holds that digit (seed 0 of the
+  SmolLM2 run did exactly this, docs/evaluation.md). A reward one can hack that way must not train.
+
 
 MemAgent's offline eval (taskutils/memory_eval/utils/__init__.py) extracts the answer either from the last
 `\boxed{}` (its boxed modes) or from the text after the last "the answer is" (its default mode, whose final
@@ -17,7 +24,7 @@ from collections.abc import Sequence
 
 from memagent.verify.checks import as_str_list, require_str
 from memagent.verify.extract import extract_boxed
-from memagent.verify.qa_metrics import sub_exact_match
+from memagent.verify.qa_metrics import normalize_answer, sub_exact_match
 
 # ASCII-only case folding: under full Unicode folding "ſ" (long s) would match "s", which nobody means.
 _ANSWER_IS = re.compile(r"the answer is", re.IGNORECASE | re.ASCII)
@@ -58,3 +65,14 @@ def lenient_reward(response: str, golds: str | Sequence[str]) -> float:
     """
     require_str(response, "response")
     return sub_exact_match(extract_answer(response), as_str_list(golds, "golds"))
+
+
+def contained_reward(response: str, golds: str | Sequence[str]) -> float:
+    """1.0 if some normalized gold occurs inside the normalized extract_answer(response), else 0.0.
+
+    response: the model's final answer text. golds: one gold answer or a non-empty sequence of them. Unlike
+    `lenient_reward`, a fragment of a gold (or an answer that normalizes to "") earns nothing.
+    """
+    require_str(response, "response")
+    answer = normalize_answer(extract_answer(response))
+    return max(float(bool(gold) and gold in answer) for gold in map(normalize_answer, as_str_list(golds, "golds")))

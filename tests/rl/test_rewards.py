@@ -27,6 +27,23 @@ def test_lenient_verifier_credits_an_unboxed_answer_that_strict_does_not() -> No
     assert strict[0].reward.correct == 0.0 and lenient[0].reward.correct == 1.0
 
 
+@pytest.mark.parametrize("answer", ["4", "428", "The number is 42", "", "The.", "\\boxed{5066}"])
+def test_lenient_training_verifier_pays_nothing_for_a_fragment_of_the_gold(answer) -> None:
+    """A training reward that credits an answer contained in the gold is hacked: seed 0 of the SmolLM2 run learned
+    to answer one digit of the number (docs/evaluation.md). Only an answer that contains a gold earns credit."""
+    scored = [trajectory(answer, 2)]
+    score_trajectories(scored, SAMPLES, verifier="lenient", **SHAPING)
+    assert scored[0].reward.correct == 0.0
+
+
+@pytest.mark.parametrize("answer", ["4285066", "The special magic number is 4285066.", "\\boxed{ 4285066 }",
+                                    "Therefore, the answer is **4285066**."])
+def test_lenient_training_verifier_pays_for_an_answer_that_contains_the_gold(answer) -> None:
+    scored = [trajectory(answer, 2)]
+    score_trajectories(scored, SAMPLES, verifier="lenient", **SHAPING)
+    assert scored[0].reward.correct == 1.0
+
+
 def test_overlong_penalty_is_kept_apart_from_correctness_and_ramps_over_the_cache() -> None:
     trajs = [trajectory("\\boxed{4285066}", n) for n in (4, 6, 8)]
     score_trajectories(trajs, SAMPLES, verifier="strict", **SHAPING)

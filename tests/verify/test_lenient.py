@@ -1,4 +1,4 @@
-"""extract_answer and lenient_reward: box first, else after the last "the answer is", else everything."""
+"""extract_answer, lenient_reward and contained_reward: box first, else after the last "the answer is", else everything."""
 
 import doctest
 from collections.abc import Sequence
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 import pytest
 
 import memagent.verify.lenient
-from memagent.verify import lenient_reward
+from memagent.verify import contained_reward, lenient_reward
 from memagent.verify.lenient import extract_answer
 
 EXTRACT_CASES = [
@@ -74,3 +74,22 @@ def test_lenient_reward_rejects_non_strings_naming_argument(
 def test_lenient_docstring_examples_hold() -> None:
     result = doctest.testmod(memagent.verify.lenient)
     assert result.attempted > 0 and result.failed == 0
+
+
+@pytest.mark.parametrize(
+    ("response", "golds", "expected"),
+    [
+        ("The special magic number is 4261940.", ["4261940"], 1.0),
+        ("\\boxed{Paris}", ["London", "paris"], 1.0),
+        ("4", ["4261940"], 0.0),  # a fragment of the gold: sub-exact-match would pay, this must not
+        ("Par", "Paris", 0.0),
+        ("The.", ["Paris"], 0.0),  # normalizes to "", which sub-exact-match finds inside every gold
+        ("", ["Paris"], 0.0),
+    ],
+)
+def test_contained_reward_pays_only_when_a_gold_occurs_inside_the_answer(response, golds, expected) -> None:
+    assert contained_reward(response, golds) == expected
+
+
+def test_sub_exact_match_pays_for_a_fragment_which_is_why_it_does_not_train() -> None:
+    assert lenient_reward("4", ["4261940"]) == 1.0 and contained_reward("4", ["4261940"]) == 0.0
