@@ -71,7 +71,7 @@ class RolloutConfig:
     overlong_factor: float = 1.0
     """Penalty at the answer cap (DAPO: 1.0)."""
     verifier: str = "strict"
-    """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent) or lenient (sub-exact match)."""
+    """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent) or lenient (a gold inside the answer)."""
 
 
 @dataclass(frozen=True)
