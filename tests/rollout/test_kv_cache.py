@@ -14,16 +14,6 @@ LIMITS = [3, 9, 5, 12, 9, 10, 7, 4]
 
 
 @pytest.fixture
-def model(tiny_model: PreTrainedModel) -> PreTrainedModel:
-    """The tiny model with its matrices scaled 6x, for varied greedy continuations (see test_generate.py)."""
-    with torch.no_grad():
-        for p in tiny_model.parameters():
-            if p.dim() == 2:
-                p.mul_(6.0)
-    return tiny_model
-
-
-@pytest.fixture
 def prompts(model: PreTrainedModel) -> list[list[int]]:
     """Eight prompts of different lengths (left padding differs per row), two of them equal (shared prefill)."""
     g = torch.Generator().manual_seed(1)

@@ -81,16 +81,6 @@ def test_prefix_runs_are_the_best_runs_of_the_sorted_prompts_for_any_prompts(pro
 
 
 @pytest.fixture
-def model(tiny_model: PreTrainedModel) -> PreTrainedModel:
-    """The tiny model with its matrices scaled 6x, for varied greedy continuations (see test_generate.py)."""
-    with torch.no_grad():
-        for p in tiny_model.parameters():
-            if p.dim() == 2:
-                p.mul_(6.0)
-    return tiny_model
-
-
-@pytest.fixture
 def grouped_prompts(model: PreTrainedModel) -> list[list[int]]:
     """Shaped like a later MemAgent round: 3 questions x G 3, a group agrees up to its 'memory'; a row repeats,
     and one prompt shares nothing with the others."""

@@ -20,16 +20,6 @@ LIMITS = [6, 9, 3, 12, 9, 10, 7]
 
 
 @pytest.fixture
-def model(tiny_model: PreTrainedModel) -> PreTrainedModel:
-    """The tiny model with its matrices scaled 6x, for varied greedy continuations (see test_generate.py)."""
-    with torch.no_grad():
-        for p in tiny_model.parameters():
-            if p.dim() == 2:
-                p.mul_(6.0)
-    return tiny_model
-
-
-@pytest.fixture
 def prompts(model: PreTrainedModel) -> list[list[int]]:
     """Seven prompts, four distinct, duplicates interleaved with the others."""
     g = torch.Generator().manual_seed(0)
