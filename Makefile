@@ -48,24 +48,31 @@ smollm2: $(STAMP)
 	$(BIN)/python -m memagent.model.smollm2 --out models/smollm2-135m-instruct
 
 # SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2, docs/evaluation.md), then evaluated on
-# the same 64 held-out questions per length (another seed than the training questions): the untrained model on one
-# core; the trained model, then the full-context baseline (middle-truncated to the 8K window at 9216 tokens), on the
-# other; weights in bf16. Every stage resumes: rerun the same command after a stop.
+# the same 64 held-out questions per length (another seed than the training questions): the full-context baseline
+# (middle-truncated to the 8K window at 9216 tokens) on one core; the untrained model, then the trained one, on the
+# other; weights in bf16. SEED picks the RL seed; PRESET=smollm2-release trains under MemAgent's released loss
+# instead of our DAPO defaults. Every stage resumes: rerun the same command after a stop. The untrained and baseline
+# rows depend on neither SEED nor PRESET, so a second run reuses them.
 SMOLLM2_EVAL = --task niah_single_1 --lengths 512 2048 9216 --num-samples 64 --data-seed 1 --chunk-tokens 256 \
 	--memory-tokens 64 --answer-tokens 32 --greedy --batch-size 64 --dtype bfloat16
+SEED ?= 0
+PRESET ?= smollm2
 SMOLLM2 := models/smollm2-135m-instruct
-SMOLLM2_RL := runs/smollm2/checkpoints/step_000008/model
+SMOLLM2_RUN = runs/$(PRESET)-seed$(SEED)
+SMOLLM2_RL = $(SMOLLM2_RUN)/checkpoints/step_000008/model
 smollm2-rl: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
-	test -d $(SMOLLM2_RL) || $(BIN)/python train.py --preset smollm2 \
-		$$(ls runs/smollm2/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	test -d $(SMOLLM2_RL) || $(BIN)/python train.py --preset $(PRESET) --run.seed $(SEED) \
+		--run.output-dir $(SMOLLM2_RUN) $$(ls $(SMOLLM2_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	mkdir -p runs/smollm2-eval
+	@echo "full-context baseline in the background; its progress: runs/smollm2-eval/baseline.log"
+	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) $(SMOLLM2_EVAL) --baseline full-context \
+		--batch-size 8 --output-dir runs/smollm2-eval/baseline > runs/smollm2-eval/baseline.log 2>&1 & baseline=$$!; \
 	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) $(SMOLLM2_EVAL) --baseline none \
-		--output-dir runs/smollm2-eval/untrained & untrained=$$!; \
-	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2_RL) $(SMOLLM2_EVAL) --baseline none \
-		--output-dir runs/smollm2-eval/rl && OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(SMOLLM2) \
-		$(SMOLLM2_EVAL) --baseline full-context --batch-size 8 --output-dir runs/smollm2-eval/baseline; \
-	status=$$?; wait $$untrained && exit $$status
-	@echo "tables: runs/smollm2-eval/{untrained,baseline,rl}/results.json (docs/evaluation.md)"
+		--output-dir runs/smollm2-eval/untrained && OMP_NUM_THREADS=1 $(BIN)/python evaluate.py \
+		--model $(SMOLLM2_RL) $(SMOLLM2_EVAL) --baseline none --output-dir runs/smollm2-eval/$(PRESET)-seed$(SEED); \
+	status=$$?; wait $$baseline && exit $$status
+	@echo "tables: runs/smollm2-eval/{untrained,baseline,$(PRESET)-seed$(SEED)}/results.json (docs/evaluation.md)"
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

@@ -69,5 +69,16 @@ def test_smollm2_preset_trains_on_a_ruler_task_with_the_lenient_verifier_and_dis
     assert "--baseline full-context" in makefile
     assert (int(value["--chunk-tokens"]), int(value["--memory-tokens"]), int(value["--answer-tokens"])) == (
         cfg.workflow.chunk_tokens, cfg.workflow.memory_tokens, cfg.workflow.answer_tokens)
-    # ... and the checkpoint it evaluates is the preset's last one.
-    assert f"{cfg.run.output_dir}/checkpoints/step_{cfg.run.steps:06d}/model" in makefile
+    # ... and the checkpoint it evaluates is the last one of the preset it trained (PRESET, smollm2 by default).
+    assert re.search(r"^PRESET \?= smollm2$", makefile, re.MULTILINE)
+    assert "train.py --preset $(PRESET)" in makefile
+    assert f"$(SMOLLM2_RUN)/checkpoints/step_{cfg.run.steps:06d}/model" in makefile
+
+
+def test_smollm2_release_preset_is_the_smollm2_recipe_under_memagent_released_loss() -> None:
+    ours, release, paper = preset_config("smollm2"), preset_config("smollm2-release"), preset_config("memagent-release")
+    assert release.loss == paper.loss and release.loss != ours.loss
+    assert not release.rollout.dynamic_sampling and not release.rollout.overlong_shaping
+    assert (release.workflow, release.data, release.optim, release.model) == (ours.workflow, ours.data, ours.optim,
+                                                                              ours.model)
+    assert release.run.steps == ours.run.steps and release.run.output_dir != ours.run.output_dir

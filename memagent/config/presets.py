@@ -1,6 +1,7 @@
 """Named presets: `tiny` (the embedded demo: what `python train.py` runs without a model path), `smoke` (tests,
-seconds), `qwen2.5-7b` (paper scale, DAPO recipe: the schema defaults plus the model and data files) and
-`memagent-release` (paper scale, MemAgent's released recipe).
+seconds), `qwen2.5-7b` (paper scale, DAPO recipe: the schema defaults plus the model and data files),
+`memagent-release` (paper scale, MemAgent's released recipe), and `smollm2` / `smollm2-release` (SmolLM2-135M on a
+CPU under each of the two loss recipes).
 
 A preset is a nested dict of overrides on the dataclass defaults, so `--config FILE` and command-line flags apply on
 top of it with the same rules. The defaults are MemAgent's 7B run (run_memory_7B.sh) except where DAPO is our
@@ -102,3 +103,12 @@ PRESETS: dict[str, Preset] = {
         "run": {"steps": 500, "output_dir": "runs/memagent-release", "save_every": 10, "trace_every": 10},
     },
 }
+# The `smollm2` recipe under MemAgent's released loss (the `memagent-release` rows above) instead of our DAPO
+# defaults, for the side-by-side curves in docs/evaluation.md (`make smollm2-rl PRESET=smollm2-release`).
+PRESETS["smollm2-release"] = _on(
+    PRESETS["smollm2"],
+    rollout={"dynamic_sampling": False, "overlong_shaping": False},
+    loss={key: PRESETS["memagent-release"]["loss"][key]
+          for key in ("clip_low", "clip_high", "clip_c", "scale_by_std", "kl_coef", "kl_kind")},
+    run={"output_dir": "runs/smollm2-release"},
+)
