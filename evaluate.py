@@ -129,7 +129,9 @@ def record(es: EvalSet, sample: Sample, method: str, *, answer: str, error: str 
 
 def run_memagent_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig) -> list[dict]:
     start = time.perf_counter()
-    trajectories = run_memagent(batch, evaluated.llm, config, keep_prompt_ids=False)
+    # A batch of long documents takes one round per chunk: a second bar over its conversations shows progress
+    # within the batch, where the outer bar only moves when the whole batch is done.
+    trajectories = run_memagent(batch, evaluated.llm, config, keep_prompt_ids=False, show_progress=True)
     wall = (time.perf_counter() - start) / len(batch)
     return [
         record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=wall,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import socket
 import sys
 from pathlib import Path
@@ -63,6 +64,14 @@ def test_evaluate_writes_table_results_and_per_chunk_traces(evaluate, tiny_model
             assert len(t["memories"]) == t["num_chunks"] >= 2  # one memory per chunk, no chunk cap
         else:
             assert t["kept_tokens"] <= t["doc_tokens"]
+
+
+def test_progress_advances_per_memory_round_within_a_batch(evaluate, tiny_model_dir, tmp_path, capsys):
+    assert evaluate.main(_argv(tiny_model_dir, tmp_path / "run", "--batch-size", "3")) == 0
+    shown = re.findall(r"rollout conversations: .*?(\d+)/(\d+)", capsys.readouterr().err)
+    # one batch of 3 samples of 2+ chunks each: the inner bar counts memory updates and answers (it advances each
+    # round), so its total exceeds the batch's 3 samples, which is all the outer bar can count
+    assert shown and shown[-1][0] == shown[-1][1] and int(shown[-1][1]) >= 3 * 3
 
 
 def test_rerun_after_limit_computes_only_the_missing_samples(evaluate, tiny_model_dir, tmp_path, monkeypatch):
