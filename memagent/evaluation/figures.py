@@ -2,8 +2,8 @@
 side) and the sampled training accuracy against RL step (train.py's metrics.jsonl).
 
     python -m memagent.evaluation.figures --out docs/figures/smollm2_rl.png \\
-        --results untrained=runs/smollm2-eval/untrained/results.json rl-seed0=runs/smollm2-eval/rl-s0/results.json \\
-        --metrics seed0=runs/smollm2-s0/metrics.jsonl seed1=runs/smollm2-s1/metrics.jsonl
+        --results untrained=runs/smollm2-eval/untrained/results.json seed1=runs/smollm2-eval/smollm2-seed1/results.json \\
+        --metrics seed0=runs/smollm2-seed0/metrics.jsonl seed1=runs/smollm2-seed1/metrics.jsonl
 
 Reading is pure (and tested); drawing needs matplotlib, an optional extra (`pip install matplotlib`).
 """
