@@ -52,7 +52,7 @@ def rollout(setup: TrainingSetup, questions: list[Sample]) -> list[Trajectory]:
     """G trajectories per question with the current policy (ZeRO-3: parameters gathered for generation)."""
     r = setup.cfg.rollout
     params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
-    with setup.learner.generation() as model:
+    with setup.learner.generation() as model, autocast(setup.device, setup.autocast_dtype):
         llm = LocalLLM(model, setup.tokenizer, params=params, generator=setup.generator,
                        max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
                        kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30, share_prefill=r.share_prefill)
@@ -84,18 +84,22 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
     rows = trajectories_to_rows(kept.trajectories, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps)
     t_rollout = time.perf_counter() - t0
     # 5: old (and reference) log-probs, packed exactly as the update packs them: the first ratio is exactly 1.
+    # Each phase opens its own bf16 autocast context and none spans an optimizer step, since autocast keeps its
+    # bf16 copies of the fp32 weights until its outermost context exits (update_policy's forward_context).
     minis = split_mini_batches(rows, opt.mini_batches)
     counts = micro_batch_counts(minis, opt.micro_batch_tokens, learner.all_reduce_max)
     packing = dict(budget=opt.micro_batch_tokens, pad_id=setup.tokenizer.pad_token_id, device=setup.device,
                    temperature=r.temperature)
-    set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)
-    if setup.reference is not None:
-        set_logprobs(setup.reference, minis, counts, "ref_logprobs", **packing)
+    with autocast(setup.device, setup.autocast_dtype):
+        set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)
+        if setup.reference is not None:
+            set_logprobs(setup.reference, minis, counts, "ref_logprobs", **packing)
     # 6: one AdamW update per mini-batch on DAPO's clipped token-level loss over the global token count.
     updates = update_policy(
         learner.model, minis, counts, **cfg.loss.update_args(), **packing, world_size=learner.world_size,
         all_reduce_sum=learner.all_reduce_sum, backward=learner.backward, optimizer_step=learner.step,
-        show_progress=cfg.run.progress and learner.rank == 0 and len(minis) > 4)
+        show_progress=cfg.run.progress and learner.rank == 0 and len(minis) > 4,
+        forward_context=lambda: autocast(setup.device, setup.autocast_dtype))
     if learner.rank == 0 and any(u["skipped"] for u in updates):
         print("warning: a gradient norm was not finite; that update was skipped", flush=True)
     return summarize(setup, kept, len(rows), updates, t_rollout, time.perf_counter() - t0), kept
@@ -184,8 +188,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     start = int(state.get("step", 0))
     metrics: dict[str, float] = {}
     for step in range(start + 1, cfg.run.steps + 1):
-        with autocast(setup.device, setup.autocast_dtype):  # bf16 forwards over fp32 weights (model.autocast)
-            metrics, kept = rl_step(setup, stream)
+        metrics, kept = rl_step(setup, stream)
         if cfg.eval.every and step % cfg.eval.every == 0 and step < cfg.run.steps:
             metrics.update(evaluate(setup))
         logger.log(step, metrics)

@@ -18,6 +18,7 @@ callables come from a `Learner`, memagent.training.learner).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -214,6 +215,7 @@ def update_policy(
     budget: int, pad_id: int, temperature: float, device: torch.device,
     all_reduce_sum: Callable[[Tensor], Tensor], backward: Callable[[Tensor, bool], None],
     optimizer_step: Callable[[], tuple[float, bool]], show_progress: bool = False,
+    forward_context: Callable[[], AbstractContextManager] = nullcontext,
 ) -> list[dict[str, float]]:
     """Step 6: one optimizer update per mini-batch (`counts[i]` micro-batches each, from micro_batch_counts).
 
@@ -221,17 +223,23 @@ def update_policy(
     docs/rl-math.md §3), accumulate every micro-batch's gradient, then `optimizer_step()` -> (grad norm, skipped).
     A mini-batch with no trained token on any rank is skipped by every rank alike. Returns each update's metrics
     (accumulate_gradients' plus "grad_norm" and "skipped").
+
+    forward_context() (bf16 autocast, memagent.model.precision.autocast) is entered around each update's forward and
+    backward passes and left before its optimizer step. It must not be open around this call: autocast keeps its
+    bf16 copy of each fp32 weight until the outermost context exits, so under one context every update after the
+    first would run on copies of the weights from before the first.
     """
     updates: list[dict[str, float]] = []
     for mini, num_micro in progress(list(zip(minis, counts)), desc="update", enabled=show_progress):
         num_tokens, num_seqs = global_counts(mini, all_reduce_sum)
         if num_tokens == 0:
             continue
-        metrics = accumulate_gradients(
-            model, mini, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, agg=agg, norm_len=norm_len,
-            kl_coef=kl_coef, kl_kind=kl_kind, num_tokens=num_tokens, num_seqs=num_seqs, world_size=world_size,
-            budget=budget, pad_id=pad_id, temperature=temperature, device=device, backward=backward,
-            num_micro=num_micro)
+        with forward_context():
+            metrics = accumulate_gradients(
+                model, mini, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, agg=agg, norm_len=norm_len,
+                kl_coef=kl_coef, kl_kind=kl_kind, num_tokens=num_tokens, num_seqs=num_seqs, world_size=world_size,
+                budget=budget, pad_id=pad_id, temperature=temperature, device=device, backward=backward,
+                num_micro=num_micro)
         grad_norm, skipped = optimizer_step()
         metrics["grad_norm"], metrics["skipped"] = grad_norm, float(skipped)
         updates.append(metrics)

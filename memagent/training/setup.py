@@ -32,7 +32,7 @@ from memagent.config import TrainConfig
 from memagent.data import TASKS, make_task, read_samples
 from memagent.model import load_model, load_tokenizer
 from memagent.model.lora import AdaptersOff, apply_lora
-from memagent.model.precision import autocast, storage_dtype, training_autocast
+from memagent.model.precision import storage_dtype, training_autocast
 from memagent.records import Sample
 from memagent.training.checkpoint import list_checkpoints, resolve_resume
 from memagent.training.learner import (
@@ -169,8 +169,9 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
     check_data(cfg, train)
     if rank == 0:
         (out / "config.json").write_text(json.dumps(asdict(cfg), indent=1))
-    with autocast(device, amp):
-        warmed = resume_from is None and stage is not None and stage.warm_start(model, tokenizer, device, rank)
+    # Not under autocast: the warm start steps its optimizer, and autocast would keep serving bf16 copies of the
+    # weights from before the first step until its context exits (memagent.rl.step.update_policy).
+    warmed = resume_from is None and stage is not None and stage.warm_start(model, tokenizer, device, rank)
     if warmed:
         if rank == 0:
             model.save_pretrained(warm_dir)

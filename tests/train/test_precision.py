@@ -119,3 +119,46 @@ def test_autocast_mode_explicit_values_override_detection():
 ])
 def test_cpu_bf16_detection_reads_avx512_bf16_or_amx_flags(flags, expected):
     assert cpu_flags_support_bf16(flags) is expected
+
+
+def test_every_update_of_a_step_under_autocast_runs_at_the_weights_the_last_update_left(tmp_path, monkeypatch):
+    """autocast caches its bf16 copy of each fp32 weight until the outermost autocast context exits; a context
+    around a whole RL step would run update 2 on copies made before update 1 changed the weights. Each update's
+    loss must equal the same update recomputed from a snapshot of the weights it started from, in a fresh context."""
+    import copy
+
+    import train
+    from memagent.rl import rewards, step
+
+    monkeypatch.setitem(rewards.VERIFIERS, "strict", lambda response, golds: float(len(response) % 2))
+    calls = []
+    original = step.accumulate_gradients
+
+    def recording(model, rows, **kwargs):
+        snapshot = copy.deepcopy(model)  # new tensors: nothing of them is in any autocast cache
+        metrics = original(model, rows, **kwargs)
+        calls.append((snapshot, rows, kwargs, metrics))
+        return metrics
+
+    monkeypatch.setattr(step, "accumulate_gradients", recording)
+    train.main(["--preset", "smoke", "--output-dir", str(tmp_path / "run"), "--demo.model-dir",
+                str(tmp_path / "model"), "--data.num-eval", "0", "--model.autocast", "bfloat16",
+                "--optim.mini-batches", "2", "--optim.lr", "1e-2", "--run.steps", "1"])
+    assert len(calls) == 2
+    for snapshot, rows, kwargs, seen in calls:
+        with autocast(CPU, torch.bfloat16):
+            fresh = original(snapshot, rows, **{**kwargs, "backward": lambda loss, last: None})
+        assert seen["approx_kl"] == pytest.approx(fresh["approx_kl"], rel=1e-6, abs=1e-9)
+        assert seen["loss"] == pytest.approx(fresh["loss"], rel=1e-6, abs=1e-9)
+    assert calls[1][3]["approx_kl"] != 0.0  # the second update really started from moved weights
+
+
+def test_warm_start_steps_its_optimizer_outside_autocast(tmp_path, monkeypatch):
+    import train
+    from memagent.demo.stage import DemoStage
+
+    enabled = []
+    monkeypatch.setattr(DemoStage, "warm_start", lambda *args: enabled.append(torch.is_autocast_enabled("cpu")))
+    train.main(["--preset", "smoke", "--output-dir", str(tmp_path / "run"), "--demo.model-dir",
+                str(tmp_path / "model"), "--data.num-eval", "0", "--model.autocast", "bfloat16", "--run.steps", "0"])
+    assert enabled == [False]
