@@ -106,17 +106,18 @@ def one_step(model: torch.nn.Module, tok, samples, workflow: WorkflowConfig, arg
         t = clock()
         step.set_logprobs(model, minis, counts, "old_logprobs", **pack)
         out["old_logprobs_s"] = clock() - t
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
 
-        def optimizer_step() -> tuple[float, bool]:
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            return 0.0, False
+    def optimizer_step() -> tuple[float, bool]:
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return 0.0, False
 
-        t = clock()
-        step.update_policy(model, minis, counts, **LOSS, **pack, world_size=1, all_reduce_sum=lambda x: x.clone(),
-                           backward=lambda loss, last: loss.backward(), optimizer_step=optimizer_step)
-        out["update_s"] = clock() - t
+    t = clock()
+    step.update_policy(model, minis, counts, **LOSS, **pack, world_size=1, all_reduce_sum=lambda x: x.clone(),
+                       backward=lambda loss, last: loss.backward(), optimizer_step=optimizer_step,
+                       forward_context=lambda: autocast(device, amp))
+    out["update_s"] = clock() - t
     lengths = [len(r.input_ids) for r in rows]
     out["tokens"] = float(sum(lengths))
     out["update_tok_s"] = out["tokens"] / out["update_s"]

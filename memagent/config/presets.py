@@ -108,7 +108,6 @@ PRESETS: dict[str, Preset] = {
 PRESETS["smollm2-release"] = _on(
     PRESETS["smollm2"],
     rollout={"dynamic_sampling": False, "overlong_shaping": False},
-    loss={key: PRESETS["memagent-release"]["loss"][key]
-          for key in ("clip_low", "clip_high", "clip_c", "scale_by_std", "kl_coef", "kl_kind")},
+    loss=PRESETS["memagent-release"]["loss"],
     run={"output_dir": "runs/smollm2-release"},
 )

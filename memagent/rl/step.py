@@ -227,8 +227,12 @@ def update_policy(
     forward_context() (bf16 autocast, memagent.model.precision.autocast) is entered around each update's forward and
     backward passes and left before its optimizer step. It must not be open around this call: autocast keeps its
     bf16 copy of each fp32 weight until the outermost context exits, so under one context every update after the
-    first would run on copies of the weights from before the first.
+    first would run on copies of the weights from before the first, so an open one is refused.
     """
+    if torch.is_autocast_enabled(device.type):
+        raise RuntimeError("update_policy: called inside an autocast context, which would serve every update after "
+                           "the first stale bf16 copies of the weights; pass forward_context=lambda: autocast(...) "
+                           "instead")
     updates: list[dict[str, float]] = []
     for mini, num_micro in progress(list(zip(minis, counts)), desc="update", enabled=show_progress):
         num_tokens, num_seqs = global_counts(mini, all_reduce_sum)

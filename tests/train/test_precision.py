@@ -162,3 +162,15 @@ def test_warm_start_steps_its_optimizer_outside_autocast(tmp_path, monkeypatch):
     train.main(["--preset", "smoke", "--output-dir", str(tmp_path / "run"), "--demo.model-dir",
                 str(tmp_path / "model"), "--data.num-eval", "0", "--model.autocast", "bfloat16", "--run.steps", "0"])
     assert enabled == [False]
+
+
+def test_update_policy_refuses_to_run_inside_an_open_autocast_context():
+    from memagent.rl.step import update_policy
+
+    stepped = []
+    with autocast(CPU, torch.bfloat16), pytest.raises(RuntimeError, match="forward_context"):
+        update_policy(torch.nn.Linear(2, 2), [], [], clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean",
+                      norm_len=None, kl_coef=0.0, kl_kind="low_var_kl", world_size=1, budget=64, pad_id=0,
+                      temperature=1.0, device=CPU, all_reduce_sum=lambda x: x, backward=lambda loss, last: None,
+                      optimizer_step=lambda: stepped.append(1) or (0.0, False))
+    assert not stepped
