@@ -57,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     wf.add_argument("--chunk-tokens", type=int, default=5000)
     wf.add_argument("--memory-tokens", type=int, default=1024)
     wf.add_argument("--answer-tokens", type=int, default=1024)
+    wf.add_argument("--section-first", action="store_true",
+                    help="section before memory in the update prompt (a model trained with workflow.section_first)")
     run = p.add_argument_group("run")
     run.add_argument("--baseline", choices=list(METHODS), default="none",
                      help="none = MemAgent only; full-context = baseline only; both")
@@ -179,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     evaluated = build_evaluated_model(args)
     config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
-                          answer_tokens=args.answer_tokens, max_chunks=None)  # evaluation: no truncation
+                          answer_tokens=args.answer_tokens, max_chunks=None,  # evaluation: no truncation
+                          section_first=args.section_first)
     methods = METHODS[args.baseline]
     window = args.window or evaluated.window
     if FULL_CONTEXT in methods and window is None:

@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-tokens", type=int, default=5000, help="document tokens per chunk")
     parser.add_argument("--memory-tokens", type=int, default=1024, help="memory budget (new tokens per update)")
     parser.add_argument("--answer-tokens", type=int, default=1024, help="answer budget (new tokens)")
+    parser.add_argument("--section-first", action="store_true",
+                        help="section before memory in the update prompt (a model trained with workflow.section_first)")
     parser.add_argument("--quiet", action="store_true", help="print only the answer")
     add_model_args(parser)
     args = parser.parse_args(argv)
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     document = load_document(args.document)
     evaluated = build_evaluated_model(args)
     config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
-                          answer_tokens=args.answer_tokens, max_chunks=None)
+                          answer_tokens=args.answer_tokens, max_chunks=None, section_first=args.section_first)
     ids = tokenize_document(document, evaluated.tokenizer)  # once: counted here, read by the agent below
     total = num_chunks(len(ids), config.chunk_tokens)
     if not args.quiet:

@@ -43,6 +43,31 @@ Updated memory:
 """
 """The memory-update prompt; fields problem, memory, chunk."""
 
+SECTION_FIRST_MEMORY_UPDATE_TEMPLATE = """\
+You are reading a long article one section at a time in order to solve a problem. Below are the problem, \
+the next section, which may or may not contain what the problem asks for, and your memory of the sections read \
+so far. Read the section and rewrite the memory: add any new information that helps to solve the problem, \
+and keep every relevant detail that the memory already holds.
+
+<problem>
+{problem}
+</problem>
+
+<section>
+{chunk}
+</section>
+
+<memory>
+{memory}
+</memory>
+
+Updated memory:
+"""
+"""The memory-update prompt with the section before the memory (`WorkflowConfig.section_first`), a departure from
+MemAgent's block order: the G prompts of a group then agree up to the end of the section, not only up to the end
+of the problem, so the engine prefills the chunk once per group instead of once per trajectory (docs/workflow.md,
+"Section-first prompt")."""
+
 FINAL_ANSWER_TEMPLATE = """\
 You have read a long article section by section and kept a memory of it. Using only that memory, solve the \
 problem below and put the final answer in \\boxed{{}}.
@@ -77,6 +102,8 @@ class WorkflowConfig:
     """Prompt budget for the question; a longer one keeps its last question_tokens tokens (`fit_question`)."""
     initial_memory: str = "No previous memory"
     """The memory shown with the first chunk (and in the final prompt of an empty document)."""
+    section_first: bool = False
+    """Departure from MemAgent: put <section> before <memory> so a group's prompts share the chunk's prefill."""
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
@@ -104,9 +131,10 @@ def fit_question(question: str, tokenizer: PreTrainedTokenizerBase, max_tokens: 
     return tokenizer.decode(ids[-max_tokens:], skip_special_tokens=True)
 
 
-def render_memory_update(problem: str, memory: str, chunk: str) -> str:
-    """The memory-update prompt text for one chunk."""
-    return MEMORY_UPDATE_TEMPLATE.format(problem=problem, memory=memory, chunk=chunk)
+def render_memory_update(problem: str, memory: str, chunk: str, *, section_first: bool = False) -> str:
+    """The memory-update prompt text for one chunk; section_first picks SECTION_FIRST_MEMORY_UPDATE_TEMPLATE."""
+    template = SECTION_FIRST_MEMORY_UPDATE_TEMPLATE if section_first else MEMORY_UPDATE_TEMPLATE
+    return template.format(problem=problem, memory=memory, chunk=chunk)
 
 
 def render_final_answer(problem: str, memory: str) -> str:

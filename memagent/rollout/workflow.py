@@ -91,7 +91,7 @@ def memagent_agent(
     memory = config.initial_memory
     conversations: list[Conversation] = []
     for k, chunk in enumerate(iter_chunks(ids, tokenizer, config.chunk_tokens)):
-        prompt = render_memory_update(problem, memory, chunk)
+        prompt = render_memory_update(problem, memory, chunk, section_first=config.section_first)
         completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=config.memory_tokens)
         if completion.error is not None:
             return AgentResult(conversations=conversations, answer="", error=completion.error)

@@ -80,3 +80,21 @@ def test_memory_config_defaults_are_paper_scale() -> None:
 def test_memory_config_rejects_non_positive_budgets(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         WorkflowConfig(**{field: 0})
+
+
+def test_section_first_prompt_puts_the_section_before_the_memory_and_keeps_everything_else() -> None:
+    text = render_memory_update("Who wrote it?", "the captain", "The captain wrote it.", section_first=True)
+    assert _blocks_in_order(text, ["<problem>", "Who wrote it?", "</problem>", "<section>", "The captain wrote it.",
+                                   "</section>", "<memory>", "the captain", "</memory>"])
+    assert text.rstrip("\n").endswith("Updated memory:")
+    assert WorkflowConfig().section_first is False  # MemAgent's order stays the default
+
+
+def test_section_first_prompts_of_two_memories_agree_up_to_the_end_of_the_section() -> None:
+    a = render_memory_update("q?", "memory one", "the chunk text", section_first=True)
+    b = render_memory_update("q?", "memory two", "the chunk text", section_first=True)
+    shared = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+    assert shared > a.index("</section>")
+    plain_a = render_memory_update("q?", "memory one", "the chunk text")
+    plain_b = render_memory_update("q?", "memory two", "the chunk text")
+    assert next(i for i, (x, y) in enumerate(zip(plain_a, plain_b)) if x != y) < plain_a.index("<section>")

@@ -244,3 +244,15 @@ def test_progress_bar_counts_every_conversation_of_truncated_and_grouped_rollout
     produced = sum(len(t.conversations) for t in trajectories)
     assert produced == 2 * (3 + 1) + 2 * (1 + 1)
     assert bar.total == bar.done == produced and bar.closed
+
+
+def test_section_first_workflow_shows_each_chunk_before_the_memory_it_updates(tiny_model, tiny_tokenizer) -> None:
+    config = _config(section_first=True)
+    [trajectory] = run_memagent([Sample(DOCUMENT, QUESTION, [])], _greedy(tiny_model, tiny_tokenizer), config)
+    ids = tokenize_document(DOCUMENT, tiny_tokenizer)
+    memories = [config.initial_memory, *trajectory.memories]
+    for k, conversation in enumerate(trajectory.conversations[:-1]):
+        chunk = tiny_tokenizer.decode(ids[k * 32 : (k + 1) * 32].tolist())
+        content = render_memory_update(QUESTION, memories[k], chunk, section_first=True)
+        text = tiny_tokenizer.decode(conversation.prompt_ids)
+        assert content in text and text.index("<section>") < text.index("<memory>")
