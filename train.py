@@ -81,9 +81,11 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
         dynamic_sampling=r.dynamic_sampling, max_refill_rounds=r.max_refill_rounds,
         refill_oversample_cap=r.refill_oversample_cap)
     # 4: one group advantage per trajectory, broadcast to every conversation of it.
-    rows = trajectories_to_rows(kept.trajectories, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps)
+    rows = trajectories_to_rows(kept.trajectories, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps,
+                                reuse_logprobs=r.reuse_logprobs)
     t_rollout = time.perf_counter() - t0
     # 5: old (and reference) log-probs, packed exactly as the update packs them: the first ratio is exactly 1.
+    # (rollout.reuse_logprobs: the sampler's log-probs already are the old policy's, up to batch-shape rounding.)
     # Each phase opens its own bf16 autocast context and none spans an optimizer step, since autocast keeps its
     # bf16 copies of the fp32 weights until its outermost context exits (update_policy's forward_context).
     minis = split_mini_batches(rows, opt.mini_batches)
@@ -91,7 +93,8 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
     packing = dict(budget=opt.micro_batch_tokens, pad_id=setup.tokenizer.pad_token_id, device=setup.device,
                    temperature=r.temperature)
     with autocast(setup.device, setup.autocast_dtype):
-        set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)
+        if not r.reuse_logprobs:
+            set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)
         if setup.reference is not None:
             set_logprobs(setup.reference, minis, counts, "ref_logprobs", **packing)
     # 6: one AdamW update per mini-batch on DAPO's clipped token-level loss over the global token count.

@@ -58,6 +58,8 @@ class RolloutConfig:
     """Prompts are prefilled through the KV cache in slices of this many positions (0 = one forward)."""
     share_prefill: bool = True
     """Prefill once what one generate call's prompts share: identical prompts and common prefixes of 32+ tokens."""
+    reuse_logprobs: bool = False
+    """Use the sampler's log-probs as the old policy's instead of recomputing them (needs top_p 1, top_k 0)."""
     dynamic_sampling: bool = True
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
     max_refill_rounds: int = 4
@@ -256,6 +258,9 @@ def validate(cfg: TrainConfig) -> None:
         (r.max_batch_rows >= 0, f"rollout.max_batch_rows={r.max_batch_rows} must be >= 0 (0 = no cap)"),
         (r.kv_cache_budget_gb >= 0, f"rollout.kv_cache_budget_gb={r.kv_cache_budget_gb} must be >= 0 (0 = off)"),
         (r.prefill_chunk_tokens >= 0, f"rollout.prefill_chunk_tokens={r.prefill_chunk_tokens} must be >= 0"),
+        (not r.reuse_logprobs or (r.top_p == 1 and r.top_k == 0 and r.temperature > 0),
+         f"rollout.reuse_logprobs: the sampler's log-probs are the old policy's only for untruncated sampling at a "
+         f"temperature > 0; got temperature={r.temperature}, top_p={r.top_p}, top_k={r.top_k}"),
         (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
          f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),
         (lo.agg in AGG_MODES, f"loss.agg={lo.agg!r}: expected one of {AGG_MODES}"),

@@ -13,10 +13,16 @@ from memagent.records import TrainRow, Trajectory
 from memagent.rl.advantages import broadcast_to_conversations, group_advantages
 
 
-def trajectories_to_rows(trajectories: list[Trajectory], *, scale_by_std: bool, eps: float) -> list[TrainRow]:
+def trajectories_to_rows(
+    trajectories: list[Trajectory], *, scale_by_std: bool, eps: float, reuse_logprobs: bool = False
+) -> list[TrainRow]:
     """One row per conversation, in trajectory order; groups are the trajectories' `sample_index`.
 
-    Every trajectory must have been scored (memagent.rl.rewards.score_trajectories).
+    Every trajectory must have been scored (memagent.rl.rewards.score_trajectories). reuse_logprobs: each row's
+    old_logprobs ([response length] float32) is the log-prob the sampler recorded for each token, so step 5 need not
+    recompute it. That is the old policy's log-prob only when the rollout sampled from the same distribution the loss
+    scores (same weights and temperature, no top-p / top-k truncation); it then differs from a recomputation by the
+    rounding of another batch shape (docs/training.md, "Reusing the rollout's log-probs").
     """
     if not trajectories:
         return []
@@ -28,4 +34,12 @@ def trajectories_to_rows(trajectories: list[Trajectory], *, scale_by_std: bool, 
     conv_traj = torch.tensor([i for i, t in enumerate(trajectories) for _ in t.conversations])  # [M]
     conv_adv = broadcast_to_conversations(adv, conv_traj)  # [M]
     convs = [c for t in trajectories for c in t.conversations]
-    return [TrainRow.from_conversation(c, float(a)) for c, a in zip(convs, conv_adv.tolist())]
+    rows = [TrainRow.from_conversation(c, float(a)) for c, a in zip(convs, conv_adv.tolist())]
+    if reuse_logprobs:
+        for row, conversation in zip(rows, convs):
+            if conversation.logprobs.shape != (len(row.response_mask),):
+                raise ValueError("trajectories_to_rows: reuse_logprobs needs the sampler's log-prob of every response "
+                                 f"token; a conversation has {tuple(conversation.logprobs.shape)} for "
+                                 f"{len(row.response_mask)} tokens (an HTTP backend records none)")
+            row.old_logprobs = conversation.logprobs.float()
+    return rows

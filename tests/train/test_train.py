@@ -138,3 +138,15 @@ def test_dynamic_sampling_with_refills_trains_whole_groups_of_distinct_trajector
             groups.setdefault(t.sample_index, []).append(t)
         assert sorted(groups) == list(range(len(groups))) and len(groups) <= 4
         assert all(len(members) == 4 for members in groups.values())
+
+
+def test_reusing_rollout_logprobs_trains_like_recomputing_them(two_steps: Path, tmp_path: Path, model_dir: str) -> None:
+    out = tmp_path / "reuse"
+    smoke(out, model_dir, "--rollout.reuse-logprobs", "true")
+    full = [r for r in records(two_steps) if "rollout/reward" in r]
+    reused = [r for r in records(out) if "rollout/reward" in r]
+    assert [r["step"] for r in reused] == [1, 2]
+    for a, b in zip(full, reused):
+        assert a["rollout/reward"] == b["rollout/reward"]  # the same samples
+        assert b["loss/clipfrac"] == 0.0 and abs(b["loss/approx_kl"]) < 1e-5  # ratio 1 up to float32 rounding
+        assert b["loss/loss"] == pytest.approx(a["loss/loss"], rel=1e-4, abs=1e-6)

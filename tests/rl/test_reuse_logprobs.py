@@ -1,0 +1,70 @@
+"""rollout.reuse_logprobs: the sampler's log-probs stand in for step 5's recomputed old log-probs.
+
+They are the same quantity (log pi_old of each sampled token at the rollout temperature) computed under another
+batch shape (a KV-cache decode instead of one packed forward), so they must agree to float32 rounding; and the
+option must refuse sampling rules under which they are not the old policy's.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memagent.config import load_config
+from memagent.records import Reward, Sample
+from memagent.rl.rows import trajectories_to_rows
+from memagent.rl.step import response_logprobs
+from memagent.rollout.llm import LocalLLM
+from memagent.rollout.prompts import WorkflowConfig
+from memagent.rollout.sampling import SamplingParams
+from memagent.rollout.workflow import run_memagent
+
+DOCUMENT = "The capital of France is Paris. The key is under the blue stone. Document 12 has a library.\n" * 3
+
+
+def _rollout(model, tokenizer, temperature: float):
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.mul_(4.0)  # sharper logits: varied samples, and log-probs far from uniform
+    llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=temperature),
+                   generator=torch.Generator().manual_seed(0))
+    config = WorkflowConfig(chunk_tokens=32, memory_tokens=12, answer_tokens=8, max_chunks=None, question_tokens=64)
+    trajectories = run_memagent([Sample(DOCUMENT, "Where is the key?", ["stone"])] * 2, llm, config, group_size=3)
+    for i, t in enumerate(trajectories):
+        t.reward = Reward(correct=float(i % 2), overlong=0.0)
+    return trajectories
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_reused_logprobs_equal_recomputed_old_logprobs_to_float32_rounding(tiny_model, tiny_tokenizer,
+                                                                           temperature: float) -> None:
+    trajectories = _rollout(tiny_model, tiny_tokenizer, temperature)
+    reused = trajectories_to_rows(trajectories, scale_by_std=True, eps=1e-6, reuse_logprobs=True)
+    recomputed = response_logprobs(tiny_model, reused, budget=4096, pad_id=tiny_tokenizer.pad_token_id,
+                                   temperature=temperature, device=torch.device("cpu"))
+    assert sum(len(r.response_mask) for r in reused) > 50
+    for row, lp in zip(reused, recomputed):
+        assert row.old_logprobs.dtype == torch.float32 and row.old_logprobs.shape == lp.shape
+        torch.testing.assert_close(row.old_logprobs, lp, atol=2e-5, rtol=0)
+    spread = torch.cat([r.old_logprobs for r in reused])
+    assert float(spread.min()) < -0.5  # not a degenerate near-greedy rollout, where any log-prob would be ~0
+
+
+def test_rows_without_reuse_leave_old_logprobs_for_step_5(tiny_model, tiny_tokenizer) -> None:
+    rows = trajectories_to_rows(_rollout(tiny_model, tiny_tokenizer, 1.0), scale_by_std=True, eps=1e-6)
+    assert all(r.old_logprobs is None for r in rows)
+
+
+def test_reuse_refuses_a_conversation_without_sampler_logprobs(tiny_model, tiny_tokenizer) -> None:
+    trajectories = _rollout(tiny_model, tiny_tokenizer, 1.0)
+    trajectories[0].conversations[0].logprobs = torch.zeros(0)
+    with pytest.raises(ValueError, match="reuse_logprobs"):
+        trajectories_to_rows(trajectories, scale_by_std=True, eps=1e-6, reuse_logprobs=True)
+
+
+@pytest.mark.parametrize("flag", [["--rollout.top-p", "0.9"], ["--rollout.top-k", "50"],
+                                  ["--rollout.temperature", "0"]])
+def test_reuse_is_refused_for_sampling_rules_whose_logprobs_are_not_the_policys(flag: list[str]) -> None:
+    with pytest.raises(ValueError, match="rollout.reuse_logprobs"):
+        load_config(["--preset", "smoke", "--rollout.reuse-logprobs", "true", *flag])
