@@ -9,7 +9,9 @@ A checkpoint is a directory `OUTPUT/checkpoints/step_NNNNNN/` holding
     rng_rank{R}.pt         python, numpy, torch (and CUDA) RNG states and the rollout torch.Generator of rank R
     adapter.safetensors    LoRA runs only: the adapters (A and B of every adapted layer, float32, with rank and
                            alpha), which resume restores onto the frozen base; model/ then holds the merged weights
-                           W + (alpha / r) B A, so it loads with transformers alone like any other checkpoint
+                           W + (alpha / r) B A, so it loads with transformers alone like any other checkpoint. The
+                           adapter file is exact; model/ is float32 whatever the base's dtype (a bf16 model/ would
+                           round away most of a small update), or the dtype asked for, with a warning of the loss
 Everything is written into `checkpoints/.tmp-step_NNNNNN/`, files fsynced, then the directory is renamed into place
 and its parent fsynced: a kill at any moment leaves the previous checkpoint intact (a rename is atomic on POSIX),
 and a half-written temp directory is never mistaken for a checkpoint. Re-saving an existing step moves the old copy to
@@ -19,18 +21,20 @@ which `list_checkpoints` still finds. Older checkpoints beyond `keep` are delete
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import random
 import re
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from memagent.model.lora import load_adapters, lora_modules, merged_state_dict, save_adapters
+from memagent.model.lora import load_adapters, lora_modules, merged_state_dict, rounding_loss, save_adapters
 from memagent.training.learner import Learner
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
@@ -110,9 +114,12 @@ def _fsync_dir(path: Path) -> None:
 
 def save_checkpoint(
     learner: Learner, tokenizer: Any, output_dir: str | Path, step: int, trainer_state: dict[str, Any],
-    generator: torch.Generator, *, keep: int,
+    generator: torch.Generator, *, keep: int, merged_dtype: torch.dtype = torch.float32,
 ) -> Path:
-    """Write checkpoint `step` atomically (all ranks call this; rank 0 renames). Returns its final path."""
+    """Write checkpoint `step` atomically (all ranks call this; rank 0 renames). Returns its final path.
+
+    merged_dtype: the dtype of a LoRA run's merged model/ (see `save_model`).
+    """
     root = checkpoint_root(output_dir)
     final = root / f"step_{step:06d}"
     tmp = root / f".tmp-step_{step:06d}"
@@ -122,7 +129,7 @@ def save_checkpoint(
     learner.barrier()
     with learner.full_parameters() as module:
         if learner.rank == 0:
-            save_model(module, tokenizer, tmp)
+            save_model(module, tokenizer, tmp, merged_dtype=merged_dtype)
     learner.save_optimizer(tmp)
     torch.save(rng_state(generator), tmp / f"rng_rank{learner.rank}.pt")
     if learner.rank == 0:
@@ -144,12 +151,27 @@ def save_checkpoint(
     return final
 
 
-def save_model(module: torch.nn.Module, tokenizer: Any, directory: Path) -> None:
+def save_model(module: torch.nn.Module, tokenizer: Any, directory: Path, *,
+               merged_dtype: torch.dtype = torch.float32) -> None:
     """directory/model in HF format with the tokenizer; a LoRA model also writes its adapters, and its model/ holds
-    the merged weights (built beside the live layers, which go on training unchanged)."""
+    the merged weights (built beside the live layers, which go on training unchanged) in merged_dtype.
+
+    A merged_dtype narrower than float32 warns with the share of the update that rounding loses (`rounding_loss`):
+    over a bf16 base, bf16 weights keep little of an update of 0.1% of |W|, and only adapter.safetensors is exact.
+    """
     if lora_modules(module):
         save_adapters(module, directory / ADAPTER_FILE)
-        module.save_pretrained(directory / "model", state_dict=merged_state_dict(module), safe_serialization=True)
+        if merged_dtype != torch.float32:
+            lost = rounding_loss(module, merged_dtype)
+            warnings.warn(f"{directory / 'model'}: merged weights saved in {str(merged_dtype).removeprefix('torch.')} "
+                          f"lose {100 * lost:.0f}% of the LoRA update to rounding; {ADAPTER_FILE} beside it is exact",
+                          stacklevel=2)
+        module.save_pretrained(directory / "model", state_dict=merged_state_dict(module, dtype=merged_dtype),
+                               safe_serialization=True)
+        # save_pretrained records the live model's dtype (the base's); a loader's dtype="auto" must read the saved one
+        config = copy.deepcopy(module.config)
+        config.dtype = merged_dtype
+        config.save_pretrained(directory / "model")
     else:
         module.save_pretrained(directory / "model", safe_serialization=True)
     tokenizer.save_pretrained(directory / "model")

@@ -163,14 +163,15 @@ def test_a_lora_target_the_model_lacks_fails_before_training(tmp_path: Path, mod
 
 
 def test_lora_trains_float32_adapters_over_a_bfloat16_base(tmp_path: Path, model_dir: str) -> None:
-    """The frozen base may be stored in bf16 without DeepSpeed (nothing updates it); the adapters stay float32."""
+    """The frozen base may be stored in bf16 without DeepSpeed (nothing updates it); the adapters stay float32, and
+    so does the merged model/ (bf16 would round away most of a small update)."""
     setup = smoke_keeping_setup(tmp_path / "out", model_dir, *LORA, "--model.dtype", "bfloat16", "--run.steps", "1")
     params = dict(setup.learner.unwrapped.named_parameters())
     assert {p.dtype for n, p in params.items() if "lora_" in n} == {torch.float32}
     assert {p.dtype for n, p in params.items() if "lora_" not in n} == {torch.bfloat16}
     assert all(float(p.detach().abs().sum()) > 0 for n, p in params.items() if n.endswith("lora_b"))
     step = tmp_path / "out" / "checkpoints" / "step_000001"
-    assert {t.dtype for t in load_file(str(step / "model" / "model.safetensors")).values()} == {torch.bfloat16}
+    assert {t.dtype for t in load_file(str(step / "model" / "model.safetensors")).values()} == {torch.float32}
     assert {t.dtype for t in load_file(str(step / "adapter.safetensors")).values()} == {torch.float32}
 
 
