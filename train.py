@@ -79,7 +79,7 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
         rollout=lambda qs: rollout(setup, qs), score=lambda trajs, qs: score(cfg, trajs, qs),
         max_over_ranks=learner.max_over_ranks, rank=learner.rank, world_size=learner.world_size,
         dynamic_sampling=r.dynamic_sampling, max_refill_rounds=r.max_refill_rounds,
-        refill_oversample_cap=r.refill_oversample_cap)
+        refill_oversample_cap=r.refill_oversample_cap, refill_margin_std=r.refill_margin_std)
     # 4: one group advantage per trajectory, broadcast to every conversation of it.
     rows = trajectories_to_rows(kept.trajectories, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps,
                                 reuse_logprobs=r.reuse_logprobs)
@@ -114,14 +114,21 @@ def summarize(setup: TrainingSetup, kept: KeptGroups, num_rows: int, updates: li
     """Step metrics, averaged over ranks (rollout) and over updates (loss)."""
     gen = kept.generated
     sampled = sum(len(c.response_ids) for t in gen for c in t.conversations)
+    rolled_conversations = sum(len(t.conversations) for t in gen)
     local = torch.tensor([sum(t.reward.total for t in gen), sum(t.reward.correct for t in gen), len(gen),
                           sum(t.answer_tokens for t in gen), sum(t.mean_memory_tokens for t in gen),
-                          len(kept.questions), sampled, num_rows], dtype=torch.float64)
+                          len(kept.questions), sampled, num_rows, len(gen) / setup.cfg.rollout.group_size,
+                          kept.informative_groups, rolled_conversations], dtype=torch.float64)
     s = setup.learner.all_reduce_sum(local)
     n = max(float(s[2]), 1.0)
+    # What dynamic sampling rolled out for nothing: groups with equal scores, informative groups past the quota,
+    # and the share of rolled-out conversations that no update trains on.
     out = {"rollout/reward": float(s[0]) / n, "rollout/accuracy": float(s[1]) / n, "rollout/kept_groups": float(s[5]),
            "rollout/answer_len": float(s[3]) / n, "rollout/memory_len": float(s[4]) / n,
            "rollout/rounds": float(kept.rounds), "rollout/conversations": float(s[7]),
+           "rollout/rolled_groups": float(s[8]), "rollout/uninformative_groups": float(s[8] - s[9]),
+           "rollout/surplus_groups": float(s[9] - s[5]),
+           "rollout/wasted_fraction": 1.0 - float(s[7]) / max(float(s[10]), 1.0),
            "perf/tokens_per_s": float(s[6]) / max(t_step, 1e-9), "perf/rollout_s": t_rollout, "perf/step_s": t_step,
            "optim/lr": setup.learner.lr, "optim/updates": float(len(updates))}
     for key in ("loss", "clipfrac", "clipfrac_lower", "approx_kl", "entropy", "kl", "grad_norm", "skipped"):

@@ -66,6 +66,8 @@ class RolloutConfig:
     """Extra rollout rounds to refill the batch; after them, a warning and a smaller batch."""
     refill_oversample_cap: float = 4.0
     """A refill rolls out up to this many times the missing questions, sized by the keep rate seen so far."""
+    refill_margin_std: float = 0.5
+    """A refill's size leaves this many binomial std of margin over the expected informative groups (DAPO-style 2 = fewer rounds, more groups dropped)."""
     overlong_shaping: bool = True
     """DAPO soft overlong penalty on the answer length, added to the correctness reward (MemAgent: off)."""
     overlong_cache_tokens: int = 256
@@ -227,6 +229,8 @@ class RunConfig:
     """Dump sample trajectories as readable text every this-many steps (0 = never)."""
     progress: bool = True
     """Show progress bars for rollout and update phases on rank 0."""
+    collective_timeout_s: float = 1800.0
+    """A rank waits this long in a collective for the others, then fails; above any rank's lone work (a checkpoint write)."""
 
 
 @dataclass(frozen=True)
@@ -255,6 +259,7 @@ def validate(cfg: TrainConfig) -> None:
         (r.batch_size >= 1, f"rollout.batch_size={r.batch_size}: need at least 1 question per step"),
         (r.max_refill_rounds >= 0, "rollout.max_refill_rounds must be >= 0"),
         (r.refill_oversample_cap >= 1, f"rollout.refill_oversample_cap={r.refill_oversample_cap} must be >= 1"),
+        (r.refill_margin_std >= 0, f"rollout.refill_margin_std={r.refill_margin_std} must be >= 0"),
         (r.max_batch_rows >= 0, f"rollout.max_batch_rows={r.max_batch_rows} must be >= 0 (0 = no cap)"),
         (r.kv_cache_budget_gb >= 0, f"rollout.kv_cache_budget_gb={r.kv_cache_budget_gb} must be >= 0 (0 = off)"),
         (r.prefill_chunk_tokens >= 0, f"rollout.prefill_chunk_tokens={r.prefill_chunk_tokens} must be >= 0"),
@@ -276,6 +281,7 @@ def validate(cfg: TrainConfig) -> None:
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
         (cfg.model.autocast in ("auto", "bfloat16", "off"), f"model.autocast={cfg.model.autocast!r}: auto, bfloat16, off"),
         (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),
+        (cfg.run.collective_timeout_s > 0, f"run.collective_timeout_s={cfg.run.collective_timeout_s} must be > 0"),
         *lora_checks(cfg),
     ]
     for ok, message in checks:

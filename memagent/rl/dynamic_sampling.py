@@ -55,6 +55,9 @@ class KeptGroups:
     """Every trajectory rolled out this step (kept or not), for the reward / accuracy metrics."""
     rounds: int
     """Rollout rounds run (1 = no refill)."""
+    informative_groups: int
+    """Groups rolled out this step whose scores differed (all of them without dynamic sampling); the ones beyond the
+    quota were dropped, so informative_groups - len(questions) counts the refill's overshoot."""
 
 
 def rank_quota(batch_size: int, rank: int, world_size: int) -> int:
@@ -62,12 +65,15 @@ def rank_quota(batch_size: int, rank: int, world_size: int) -> int:
     return batch_size // world_size + (rank < batch_size % world_size)
 
 
-def refill_size(need: int, kept: int, rolled: int, cap: float) -> int:
+def refill_size(need: int, kept: int, rolled: int, cap: float, margin_std: float) -> int:
     """Questions to roll out for `need` more informative groups, given `kept` of `rolled` so far.
 
-    With keep rate p, k questions give about k*p kept groups, binomial std sqrt(k p (1 - p)); the smallest k
-    with k*p - 2 std >= need makes one refill usually enough. Capped at cap * need (p near 0 would ask for
-    ever more); the first round (nothing rolled yet) asks for `need`.
+    With keep rate p, k questions give about k*p kept groups, binomial std sqrt(k p (1 - p)); the refill is the
+    smallest k with k*p - margin_std * std >= need. Informative groups beyond the quota are rolled out for nothing,
+    about margin_std std of them on average, while a refill that falls short costs another round. For a quota of 8
+    at keep rates 0.5 and 0.75, margin 2 drops 3.8 and 3.1 informative groups a step and margin 0.5 drops 2.3 and
+    1.4, rolling out 13-15% fewer groups for 0.05-0.14 more rounds (bench/refill.py, BENCHMARKS.md).
+    Capped at cap * need (p near 0 would ask for ever more); the first round (nothing rolled yet) asks for `need`.
     """
     if need <= 0 or rolled == 0:
         return max(need, 0)
@@ -76,7 +82,7 @@ def refill_size(need: int, kept: int, rolled: int, cap: float) -> int:
     if p <= 0:
         return limit
     k = need
-    while k < limit and k * p - 2 * math.sqrt(k * p * (1 - p)) < need:
+    while k < limit and k * p - margin_std * math.sqrt(k * p * (1 - p)) < need:
         k += 1
     return k
 
@@ -85,7 +91,7 @@ def collect_groups(
     stream: QuestionStream, samples: list[Sample], quota: int, *,
     rollout: Callable[[list[Sample]], list[Trajectory]], score: Callable[[list[Trajectory], list[Sample]], None],
     max_over_ranks: Callable[[int], int], rank: int, world_size: int, dynamic_sampling: bool,
-    max_refill_rounds: int, refill_oversample_cap: float,
+    max_refill_rounds: int, refill_oversample_cap: float, refill_margin_std: float,
 ) -> KeptGroups:
     """Fill `quota` groups on this rank: informative ones under dynamic sampling, any one otherwise.
 
@@ -100,7 +106,8 @@ def collect_groups(
     rounds = rolled_groups = kept_groups = 0
     while rounds <= max_refill_rounds:
         need = quota - len(questions)
-        want = refill_size(need, kept_groups, rolled_groups, refill_oversample_cap) if dynamic_sampling else need
+        want = (refill_size(need, kept_groups, rolled_groups, refill_oversample_cap, refill_margin_std)
+                if dynamic_sampling else need)
         k = max_over_ranks(want)
         if k == 0:
             break
@@ -134,4 +141,4 @@ def collect_groups(
     if short and rank == 0:
         warnings.warn(f"dynamic sampling: after {rounds} rollout rounds some rank still lacks {short} of {quota} "
                       "informative groups; training on a smaller batch", stacklevel=2)
-    return KeptGroups(kept, questions, generated, rounds)
+    return KeptGroups(kept, questions, generated, rounds, kept_groups)

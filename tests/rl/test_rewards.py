@@ -78,6 +78,6 @@ def test_dynamic_sampling_drops_a_group_whose_totals_differ_but_correctness_does
     got = collect_groups(QuestionStream(2, 0), samples, 2, rollout=rollout,
                          score=lambda t, q: score_trajectories(t, q, verifier="strict", **SHAPING),
                          max_over_ranks=lambda n: n, rank=0, world_size=1, dynamic_sampling=True,
-                         max_refill_rounds=0, refill_oversample_cap=1.0)
+                         max_refill_rounds=0, refill_oversample_cap=1.0, refill_margin_std=0.5)
     assert [q.index for q in got.questions] == [1]
     assert len(got.generated) == 4

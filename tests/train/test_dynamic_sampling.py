@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import threading
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from memagent.records import ANSWER, MEMORY, Conversation, Sample, Trajectory
-from memagent.rl.dynamic_sampling import QuestionStream, collect_groups
+from memagent.rl.dynamic_sampling import QuestionStream, collect_groups, refill_size
 from memagent.rl.rewards import score_trajectories
 
 
@@ -62,10 +63,11 @@ def strict_score(trajectories: list[Trajectory], questions: list[Sample]) -> Non
                        overlong_cache_tokens=4, overlong_factor=1.0)
 
 
-def config(max_refill_rounds: int, refill_oversample_cap: float = 4.0) -> dict:
+def config(max_refill_rounds: int, refill_oversample_cap: float = 4.0, refill_margin_std: float = 0.5) -> dict:
     """collect_groups' settings under dynamic sampling, scored by the strict verifier."""
     return dict(dynamic_sampling=True, max_refill_rounds=max_refill_rounds,
-                refill_oversample_cap=refill_oversample_cap, score=strict_score)
+                refill_oversample_cap=refill_oversample_cap, refill_margin_std=refill_margin_std,
+                score=strict_score)
 
 
 @settings(max_examples=60, deadline=None)
@@ -89,21 +91,24 @@ def test_every_kept_group_holds_g_distinct_trajectories_of_its_own_question(grou
         assert len(got.questions) == quota, "stopped early without filling the quota"
 
 
-def test_a_refill_oversamples_by_the_observed_keep_rate() -> None:
-    """Half the questions are informative: the refill asks for more than twice the missing count, not for the
-    missing count (which would need about log2(quota) shrinking rounds), and one refill fills the batch."""
+@pytest.mark.parametrize("margin", [0.5, 2.0])
+def test_a_refill_oversamples_by_the_observed_keep_rate(margin: float) -> None:
+    """Half the questions are informative: the refill asks for at least the missing count over the keep rate, not
+    for the missing count (which would need about log2(quota) shrinking rounds); with a 2-std margin one refill
+    fills the batch."""
     samples = make_samples(400)
     correct = lambda i, j: i % 2 == 0 and j == 0  # noqa: E731  (even questions mixed, odd ones all wrong)
     calls: list[int] = []
-    got = collect_groups(QuestionStream(len(samples), 0), samples, 16, **config(max_refill_rounds=4),
+    got = collect_groups(QuestionStream(len(samples), 0), samples, 16,
+                         **config(max_refill_rounds=4, refill_margin_std=margin),
                          rollout=fake_rollout(4, correct, calls), max_over_ranks=lambda n: n, rank=0,
                          world_size=1)
     check_groups(got.trajectories, got.questions, 4)
     kept_first = sum(i % 2 == 0 for i in QuestionStream(len(samples), 0).take(16))
     assert 0 < kept_first < 16
     assert calls[0] == 16
-    assert len(calls) == 2, calls
-    assert calls[1] >= 2 * (16 - kept_first)
+    assert calls[1] >= (16 - kept_first) * 16 / kept_first
+    assert len(calls) == 2 or margin < 2, calls
     assert len(got.questions) == 16
 
 
@@ -160,3 +165,43 @@ def test_ranks_take_the_same_questions_per_round_and_disjoint_shares() -> None:
     assert len(indices) == len(set(indices)), "two ranks trained on the same question"
     for r in results:
         check_groups(r.trajectories, r.questions, 4)
+
+
+def brute_force_refill_size(need: int, kept: int, rolled: int, cap: float, margin_std: float) -> int:
+    """The smallest k in [need, limit] whose expected informative groups minus margin_std binomial std reach need."""
+    if need <= 0 or rolled == 0:
+        return max(need, 0)
+    limit = max(need, -(-cap * need // 1))
+    p = kept / rolled
+    for k in range(need, int(limit) + 1):
+        if p > 0 and k * p - margin_std * (k * p * (1 - p)) ** 0.5 >= need:
+            return k
+    return int(limit)
+
+
+@settings(max_examples=200, deadline=None)
+@given(need=st.integers(-2, 40), rolled=st.integers(0, 60), kept_share=st.floats(0, 1),
+       cap=st.floats(1, 6), margin=st.floats(0, 3))
+def test_refill_size_is_the_smallest_count_whose_margin_covers_the_need(need, rolled, kept_share, cap, margin) -> None:
+    kept = round(kept_share * rolled)
+    assert refill_size(need, kept, rolled, cap, margin) == brute_force_refill_size(need, kept, rolled, cap, margin)
+
+
+def test_a_larger_margin_never_asks_for_fewer_questions() -> None:
+    sizes = [refill_size(8, 10, 20, 4.0, margin) for margin in (0.0, 0.5, 1.0, 2.0)]
+    assert sizes == sorted(sizes) and sizes[0] == 16 and sizes[-1] > sizes[0]
+
+
+def test_kept_groups_count_the_informative_groups_dropped_past_the_quota() -> None:
+    samples = make_samples(400)
+    correct = lambda i, j: j == 0  # noqa: E731  (every group informative)
+    calls: list[int] = []
+    got = collect_groups(QuestionStream(len(samples), 0), samples, 4, **config(max_refill_rounds=0),
+                         rollout=fake_rollout(2, correct, calls), max_over_ranks=lambda n: n, rank=0, world_size=1)
+    assert calls == [4] and got.informative_groups == 4 and len(got.questions) == 4
+    half = lambda i, j: i % 2 == 0 and j == 0  # noqa: E731
+    calls = []
+    got = collect_groups(QuestionStream(len(samples), 0), samples, 4, **config(max_refill_rounds=3),
+                         rollout=fake_rollout(2, half, calls), max_over_ranks=lambda n: n, rank=0, world_size=1)
+    rolled = [samples[i] for i in QuestionStream(len(samples), 0).take(sum(calls))]
+    assert got.informative_groups == sum(s.index % 2 == 0 for s in rolled) >= len(got.questions) == 4

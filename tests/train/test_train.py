@@ -138,6 +138,12 @@ def test_dynamic_sampling_with_refills_trains_whole_groups_of_distinct_trajector
             groups.setdefault(t.sample_index, []).append(t)
         assert sorted(groups) == list(range(len(groups))) and len(groups) <= 4
         assert all(len(members) == 4 for members in groups.values())
+    # The waste metrics add up: every rolled-out group is kept, uninformative, or informative past the quota.
+    for r in (r for r in records(tmp_path / "out") if "rollout/reward" in r):
+        assert r["rollout/rolled_groups"] == (r["rollout/kept_groups"] + r["rollout/uninformative_groups"]
+                                              + r["rollout/surplus_groups"])
+        kept_share = r["rollout/kept_groups"] / r["rollout/rolled_groups"]  # every trajectory has 2 chunks + answer
+        assert r["rollout/wasted_fraction"] == pytest.approx(1 - kept_share)
 
 
 def test_reusing_rollout_logprobs_trains_like_recomputing_them(two_steps: Path, tmp_path: Path, model_dir: str) -> None:
