@@ -1,9 +1,9 @@
 """The OpenAI-compatible HTTP front of the batching engine: routes, status codes, access control, shutdown.
 
-Status codes: 400 for a body the client got wrong (the error names the field), 401 without the API key, 404 for
-an unknown route, 413 for a body over `max_body_bytes`, 503 while shutting down, 504 past the per-request timeout,
-500 for our own faults (the server keeps serving). Error bodies are OpenAI's {"error": {"message", "type", "param",
-"code"}}.
+Status codes: 400 for a body the client got wrong (the error names the field) or a Content-Length that is not one
+non-negative integer, 401 without the API key, 404 for an unknown route, 411 for a chunked body, 413 for a body over
+`max_body_bytes`, 503 while shutting down, 504 past the per-request timeout, 500 for our own faults (the server keeps
+serving). Error bodies are OpenAI's {"error": {"message", "type", "param", "code"}}.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -40,6 +41,29 @@ def completion_body(completion: Completion, model_name: str) -> dict[str, Any]:
         }],
         "usage": {"prompt_tokens": prompt, "completion_tokens": generated, "total_tokens": prompt + generated},
     }
+
+
+def body_length(headers: Message, limit: int) -> int:
+    """The request body's length in bytes, or an ApiError that refuses the body before any of it is read.
+
+    The body must come with one Content-Length of digits only (RFC 9110, section 8.6), at most `limit` bytes: 400
+    otherwise, 413 past the limit. int() alone let "-1" through, and rfile.read(-1) then read until the client hung
+    up, past any limit. A body sent with Transfer-Encoding (chunked) gets 411: OpenAI clients send JSON with a
+    Content-Length, and a chunked parser of our own would be one more way to read past the limit. No Content-Length
+    at all is an empty body.
+    """
+    if headers.get("Transfer-Encoding") is not None:
+        raise ApiError(411, "send the body with a Content-Length header; Transfer-Encoding is not supported",
+                       code="length_required")
+    values = {value.strip() for value in headers.get_all("Content-Length", ["0"])}
+    value = next(iter(values)) if len(values) == 1 else ""
+    if not (value.isascii() and value.isdigit()):
+        raise ApiError(400, f"the Content-Length header must be one non-negative integer, got {sorted(values)}",
+                       code="invalid_content_length")
+    digits = value.lstrip("0") or "0"
+    if len(digits) > len(str(limit)) or int(digits) > limit:  # int() refuses strings of over 4300 digits
+        raise ApiError(413, f"the Content-Length is over the limit of {limit} bytes", code="request_too_large")
+    return int(digits)
 
 
 class ChatServer(ThreadingHTTPServer):
@@ -153,13 +177,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             raise ApiError(404, f"no route POST {self.path}", code="not_found")
         try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError as e:
-            raise ApiError(400, "the Content-Length header is not an integer") from e
-        if length > self.server.max_body_bytes:
+            length = body_length(self.headers, self.server.max_body_bytes)
+        except ApiError:
             self.close_connection = True  # the body stays unread
-            raise ApiError(413, f"the body is {length} bytes; the limit is {self.server.max_body_bytes}",
-                           code="request_too_large")
+            raise
         try:
             body = json.loads(self.rfile.read(length))
         except (ValueError, RecursionError) as e:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors

@@ -109,11 +109,14 @@ def parse_chat_body(body: Any, tokenizer: PreTrainedTokenizerBase, *, window: in
                     default_max_tokens: int) -> ParsedChat:
     """Validate an OpenAI chat-completions body; raises ApiError(400) naming the offending field.
 
-    max_tokens (or max_completion_tokens) is clamped to the room the prompt leaves in the `window`; a prompt that
-    leaves no room is refused with code "context_length_exceeded".
+    A field set to null takes its default, as in OpenAI's API. max_tokens (or max_completion_tokens) is clamped to
+    the room the prompt leaves in the `window`; a prompt that leaves no room is refused with code
+    "context_length_exceeded".
     """
     if not isinstance(body, dict):
         raise bad("the body must be a JSON object")
+    # OpenAI reads null as "use the default", and client libraries send null for every field the caller left unset.
+    body = {key: value for key, value in body.items() if value is not None}
     messages = _messages(body, allowed_roles(tokenizer))
     if body.get("stream"):
         raise bad("streaming is not supported", "stream", "unsupported_value")

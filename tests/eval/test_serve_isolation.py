@@ -113,3 +113,31 @@ def test_malformed_bodies_keep_getting_clean_400s(server):
             urllib.request.urlopen(req, timeout=30)
         assert err.value.code == 400
         assert json.loads(err.value.read())["error"]["type"] == "invalid_request_error"
+
+
+@pytest.fixture
+def short_server(tiny_model, tiny_tokenizer) -> Iterator[ChatServer]:
+    """A server whose default max_tokens is 5, so that a request leaving it to the default stays short."""
+    srv = ChatServer(BatchingEngine(tiny_model, tiny_tokenizer), port=0, default_max_tokens=5)
+    srv.start_in_thread()
+    yield srv
+    srv.close()
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens", "n", "temperature", "top_p", "seed",
+                                   "stream"])
+def test_null_optional_field_gets_the_same_answer_as_leaving_it_out(short_server, field):
+    # OpenAI client libraries send null for every optional field the caller did not set.
+    reference = {"messages": [{"role": "user", "content": "what is in the box?"}], "temperature": 0, "seed": 5}
+    reference.pop(field, None)
+    status, reply = post(short_server.url, reference | {field: None})
+    assert status == 200, reply
+    _, expected = post(short_server.url, reference)
+    assert (reply["choices"], reply["usage"]) == (expected["choices"], expected["usage"])
+
+
+def test_null_max_tokens_leaves_the_limit_to_max_completion_tokens(short_server):
+    body = chat("count to ten") | {"max_tokens": None, "max_completion_tokens": 2}
+    status, reply = post(short_server.url, body)
+    assert status == 200, reply
+    assert reply["usage"]["completion_tokens"] <= 2

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -36,39 +39,83 @@ def send(url: str, data: bytes, key: str | None = KEY, path: str = "/chat/comple
         return e.code, json.loads(e.read())
 
 
-def chat(text: str, max_tokens: int, **extra) -> bytes:
+def send_raw(url: str, headers: list[str], body: bytes) -> tuple[int, dict]:
+    """POST with hand-written framing headers and keep our side open: a server that waits for more body never answers
+    (the socket times out), one that refuses the framing answers and closes."""
+    host, port = url.split("//")[1].split("/")[0].rsplit(":", 1)
+    head = "".join(f"{h}\r\n" for h in ["POST /v1/chat/completions HTTP/1.1", f"Host: {host}", *headers])
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(f"{head}\r\n".encode() + body)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    head, _, payload = reply.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(payload)
+
+
+def chat(text: str, max_tokens: int | None, **extra) -> bytes:
     return json.dumps({"messages": [{"role": "user", "content": text}], "max_tokens": max_tokens,
                        "temperature": 0, **extra}).encode()
 
 
 def test_concurrent_good_and_bad_clients_each_get_their_own_answer(tiny_model, tiny_tokenizer):
+    default_max_tokens = 4
     srv = ChatServer(BatchingEngine(tiny_model, tiny_tokenizer, max_batch=16), port=0, api_key=KEY,
-                     max_body_bytes=4096)
+                     max_body_bytes=4096, default_max_tokens=default_max_tokens)
     srv.start_in_thread()
     good = [(f"load question {i}: the value of key {i * 13}?" + " pad" * (i % 5), 3 + i % 6) for i in range(16)]
-    bad: list[tuple[bytes, str | None, int]] = [
-        (chat("lone \udcff surrogate", 4), KEY, 400),
-        (chat("x", 4).replace(b'"user"', b'"wizard"'), KEY, 400),
-        (chat("x", -3), KEY, 400),
-        (b"{broken", KEY, 400),
-        (chat("y" * 5000, 4), KEY, 413),
-        (chat("no key", 4), None, 401),
-        (chat("wrong key", 4), "s3cret-kez", 401),
-        (chat("x", 4, top_p=7), KEY, 400),
+    # Half the good clients send null for the fields they leave unset, as OpenAI client libraries do; those asking
+    # for the default length send max_tokens null.
+    unset = {"n": None, "top_p": None, "seed": None, "stream": None, "max_completion_tokens": None}
+    good_bodies = [chat(text, None if n == default_max_tokens else n, **unset) if i % 2 else chat(text, n)
+                   for i, (text, n) in enumerate(good)]
+    auth = f"Authorization: Bearer {KEY}"
+    bad: list[tuple[Callable[[], tuple[int, dict]], int]] = [
+        (partial(send, srv.url, chat("lone \udcff surrogate", 4)), 400),
+        (partial(send, srv.url, chat("x", 4).replace(b'"user"', b'"wizard"')), 400),
+        (partial(send, srv.url, chat("x", -3)), 400),
+        (partial(send, srv.url, b"{broken"), 400),
+        (partial(send, srv.url, chat("y" * 5000, 4)), 413),
+        (partial(send, srv.url, chat("no key", 4), None), 401),
+        (partial(send, srv.url, chat("wrong key", 4), "s3cret-kez"), 401),
+        (partial(send, srv.url, chat("x", 4, top_p=7)), 400),
+        (partial(send_raw, srv.url, ["Content-Length: -1", auth], chat("held open", 4) + b"x" * 8192), 400),
+        (partial(send_raw, srv.url, ["Transfer-Encoding: chunked", auth], b"c\r\n" + chat("chunked", 4)), 411),
     ]
-    jobs = [(chat(text, n), KEY, 200) for text, n in good]
-    jobs[3:3], jobs[9:9], jobs[14:14] = bad[:3], bad[3:6], bad[6:]
+    jobs = [(partial(send, srv.url, body), 200) for body in good_bodies]
+    jobs[3:3], jobs[9:9], jobs[14:14] = bad[:3], bad[3:7], bad[7:]
     try:
         with ThreadPoolExecutor(16) as pool:
-            replies = list(pool.map(lambda job: send(srv.url, job[0], job[1]), jobs))
-        assert [status for status, _ in replies] == [expected for _, _, expected in jobs]
+            replies = list(pool.map(lambda job: job[0](), jobs))
+        assert [status for status, _ in replies] == [expected for _, expected in jobs]
         local = LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY).complete(
             [ChatRequest(user_message(text), max_new_tokens=n) for text, n in good])
-        answered = [body["choices"][0]["message"]["content"] for (_, body), (_, _, s) in zip(replies, jobs) if s == 200]
+        answered = [body["choices"][0]["message"]["content"] for (_, body), (_, s) in zip(replies, jobs) if s == 200]
         assert answered == [c.text for c in local]
         assert all(set(body["error"]) == {"message", "type", "param", "code"}
-                   for (_, body), (_, _, s) in zip(replies, jobs) if s != 200)
+                   for (_, body), (_, s) in zip(replies, jobs) if s != 200)
         assert send(srv.url, chat("still there?", 2))[0] == 200
+    finally:
+        srv.close()
+
+
+@pytest.mark.parametrize(("headers", "status", "code"), [
+    (["Content-Length: -1"], 400, "invalid_content_length"),
+    (["Content-Length: +9"], 400, "invalid_content_length"),
+    (["Content-Length: 12", "Content-Length: 9000"], 400, "invalid_content_length"),
+    (["Content-Length: 99999999999999999999"], 413, "request_too_large"),
+    ([f"Content-Length: {'9' * 5000}"], 413, "request_too_large"),
+    (["Transfer-Encoding: chunked"], 411, "length_required"),
+    (["Transfer-Encoding: chunked", "Content-Length: 12"], 411, "length_required"),
+])
+def test_body_framing_other_than_one_length_within_the_limit_is_refused_without_reading_on(
+        tiny_model, tiny_tokenizer, headers, status, code):
+    # Before: Content-Length -1 read until the client closed (64 MiB went in past a 4 KiB limit, no answer).
+    srv = ChatServer(BatchingEngine(tiny_model, tiny_tokenizer), port=0, max_body_bytes=4096)
+    srv.start_in_thread()
+    try:
+        reply = send_raw(srv.url, headers, b"c\r\n" + chat("hi", 2) + b"x" * 8192)
+        assert reply[0] == status and reply[1]["error"]["code"] == code
     finally:
         srv.close()
 
