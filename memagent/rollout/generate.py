@@ -13,10 +13,12 @@ to 152064 rows for 151665 tokens, and a sampled padding id would decode to nothi
 A row stops at its first EOS (kept in the output, with its log-prob) or at its own `max_new_tokens`. Stopped rows
 leave the running batch and the cache once they are a quarter of it (`COMPACT_FRACTION`), so late steps run on the
 rows still going without a whole-cache copy at every single stop; outputs come back in input order. The KV cache is
-written in place in a buffer sized prompt width + max_new_tokens (`preallocate_kv`, memagent.rollout.kv_cache), not
-concatenated at every step as transformers' DynamicCache does. The hot loop reads the device once per step (which
-rows go on?), and not even that when no EOS is set and no row is at its limit. Under DeepSpeed ZeRO-3 the caller
-gathers the parameters; this module does not. Works on CUDA unchanged (the generator must then be a CUDA generator).
+written in place (`preallocate_kv`, memagent.rollout.kv_cache), not concatenated at every step as transformers'
+DynamicCache does, in a buffer that starts at the prompt width plus one block of steps and grows a block at a time
+while rows go on, never past prompt width + max_new_tokens: rows that stop early do not pay for the tokens they
+could have generated. The hot loop reads the device once per step (which rows go on?), and not even that when no
+EOS is set and no row is at its limit. Under DeepSpeed ZeRO-3 the caller gathers the parameters; this module does
+not. Works on CUDA unchanged (the generator must then be a CUDA generator).
 
 Shared prefill (`share_prefill`, on by default; memagent.rollout.prefill). Identical prompts are prefilled once and
 their KV cache copied to each of their rows (round 1 of a group rollout: the G prompts are equal), and prompts that
@@ -36,7 +38,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 
-from memagent.rollout.kv_cache import preallocated_cache
+from memagent.rollout.kv_cache import GROW_BLOCK, preallocated_cache
 from memagent.rollout.prefill import prefill_prompts
 from memagent.rollout.sampling import SamplingParams, sample_next_token
 
@@ -107,6 +109,11 @@ def _decode_mask(model: torch.nn.Module, mask: Tensor) -> Tensor:
     return mask
 
 
+def _grow_columns(t: Tensor, more: int, fill: int) -> Tensor:
+    """t with `more` columns of `fill` appended on its last dim (a copy)."""
+    return torch.cat([t, t.new_full((*t.shape[:-1], more), fill)], dim=-1)
+
+
 # no_grad, not inference_mode: under bf16 autocast over fp32 weights, autocast caches a weight's bf16 copy only for
 # tensors that require grad outside inference mode. In inference mode every decode step cast all the weights again
 # (SmolLM2, 8 rows: 179-205 ms a step against 156-160 ms in plain fp32; with the cache, 110-119 ms).
@@ -127,14 +134,20 @@ def _decode(
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run prefill (memagent.rollout.prefill) and the decode loop; every limit must be >= 1.
 
-    Returns, on CPU: tokens [B, S] long and logprobs [B, S] float32 (S = max(limits); only the first lengths[i]
-    entries of row i are meaningful), lengths [B] long, and finished [B] bool (stopped on EOS).
+    Returns, on CPU: tokens [B, S] long and logprobs [B, S] float32 (S <= max(limits): the steps taken, rounded up
+    to a block; only the first lengths[i] entries of row i are meaningful), lengths [B] long, and finished [B] bool
+    (stopped on EOS).
     """
     device = next(model.parameters()).device
     batch, steps = len(prompts), max(limits)
 
-    def new_cache(width: int) -> DynamicCache:  # sized exactly: the prompt width plus every step a row may take
-        return preallocated_cache(model.config, width + steps) if preallocate_kv else DynamicCache(config=model.config)
+    def new_cache(width: int) -> DynamicCache:
+        # At most the prompt width plus every step a row may take (what a KV budget assumes); one block of steps at
+        # first, more only while rows go on (memagent.rollout.kv_cache).
+        if not preallocate_kv:
+            return DynamicCache(config=model.config)
+        reserve = width + min(steps, GROW_BLOCK)
+        return preallocated_cache(model.config, width + steps, reserve=reserve, block=GROW_BLOCK)
 
     start = prefill_prompts(
         model, prompts, pad_token_id=pad_token_id, chunk=prefill_chunk_tokens, new_cache=new_cache,
@@ -143,12 +156,15 @@ def _decode(
     logits, prompt_mask, positions, cache = start.logits, start.mask, start.last_positions, start.cache
     width = prompt_mask.shape[1]
 
-    # Preallocated: every decode step's attention mask is a prefix view of `mask`; outputs are written in place.
-    full_mask = torch.ones((batch, width + steps), dtype=torch.long, device=device)
+    # Every decode step's attention mask is a prefix view of `mask`; outputs are written in place. All three have a
+    # block of step columns at first and grow a block at a time, like the cache: a call asking for 50000 tokens
+    # whose rows stop early does not pay for 50000 columns.
+    columns = min(steps, GROW_BLOCK)
+    full_mask = torch.ones((batch, width + columns), dtype=torch.long, device=device)
     full_mask[:, :width] = prompt_mask
     mask = _decode_mask(model, full_mask)  # [b, L] or [b, 1, 1, L]
-    tokens = torch.zeros((batch, steps), dtype=torch.long, device=device)
-    logprobs = torch.zeros((batch, steps), dtype=torch.float32, device=device)
+    tokens = torch.zeros((batch, columns), dtype=torch.long, device=device)
+    logprobs = torch.zeros((batch, columns), dtype=torch.float32, device=device)
     lengths = torch.tensor(limits, dtype=torch.long, device=device)
     finished = torch.zeros(batch, dtype=torch.bool, device=device)
     eos_ids = torch.tensor(eos, dtype=torch.long, device=device)
@@ -159,6 +175,10 @@ def _decode(
     running, resident = batch, batch
 
     for step in range(steps):
+        if step == tokens.shape[1]:  # known on the host: no device read
+            more = min(GROW_BLOCK, steps - step)
+            tokens, logprobs = _grow_columns(tokens, more, 0), _grow_columns(logprobs, more, 0)
+            mask = _grow_columns(mask, more, 1)
         ids, lps = sample_next_token(logits[:, :vocab_size], params, generator)  # [b], [b]
         # Stopped rows that are still resident write past their length here; the output is cut at `lengths`.
         tokens[rows, step] = ids

@@ -1,13 +1,20 @@
-"""The in-place KV cache and lazy row compaction give the same generations as transformers' DynamicCache."""
+"""The in-place KV cache and lazy row compaction give the same generations as transformers' DynamicCache; the
+cache grows in blocks, so rows that stop early do not pay for max_new_tokens."""
 
 from __future__ import annotations
+
+import importlib
 
 import pytest
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
+from memagent.model.shape import kv_bytes_per_token, shape_from_config
 from memagent.rollout import SamplingParams, generate
-from memagent.rollout.kv_cache import PreallocatedLayer, preallocated_cache
+from memagent.rollout.kv_cache import GROW_BLOCK, PreallocatedLayer, preallocated_cache
+
+# The package re-exports the function `generate` under the submodule's name, so fetch the module itself.
+engine = importlib.import_module("memagent.rollout.generate")
 
 GREEDY = SamplingParams(temperature=0.0)
 LIMITS = [3, 9, 5, 12, 9, 10, 7, 4]
@@ -124,3 +131,46 @@ def test_row_selection_keeps_the_chosen_rows_in_order():
     assert layer.values[:, 0, 0, 0].tolist() == [-0.0]
     layer.update(torch.full((1, 1, 1, 4), 9.0), torch.full((1, 1, 1, 4), 9.0))
     assert layer.get_seq_length() == 3 and layer.keys.shape == (1, 1, 3, 4)
+
+
+def test_a_layer_grows_a_block_at_a_time_up_to_its_capacity_and_keeps_what_it_held():
+    layer = PreallocatedLayer(capacity=11, reserve=4, block=3)
+    g = torch.Generator().manual_seed(0)
+    written, allocated = [], []
+    for n in (3, 1, 1, 2, 1, 3):  # filled lengths 3, 4, 5, 7, 8, 11
+        keys, values = torch.randn(2, 1, n, 4, generator=g), torch.randn(2, 1, n, 4, generator=g)
+        layer.update(keys, values)
+        written.append((keys, values))
+        allocated.append(layer.allocated)
+    assert allocated == [4, 4, 7, 7, 10, 11]  # grows by max(block, what the write needs), never past capacity
+    assert torch.equal(layer.keys, torch.cat([k for k, _ in written], dim=2))
+    assert torch.equal(layer.values, torch.cat([v for _, v in written], dim=2))
+    with pytest.raises(RuntimeError, match="capacity of 11"):
+        layer.update(torch.ones(2, 1, 1, 4), torch.ones(2, 1, 1, 4))
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_greedy_generation_is_bit_identical_when_the_cache_grows_every_two_steps(model, prompts, monkeypatch, share):
+    kwargs = dict(max_new_tokens=LIMITS, eos_token_id=stop_ids(model, prompts), params=GREEDY, share_prefill=share)
+    one_buffer = generate(model, prompts, **kwargs)  # LIMITS < GROW_BLOCK: the first buffer is the last
+    monkeypatch.setattr(engine, "GROW_BLOCK", 2)
+    growing = generate(model, prompts, **kwargs)
+    dynamic = generate(model, prompts, preallocate_kv=False, **kwargs)
+    assert growing.tokens == one_buffer.tokens == dynamic.tokens
+    assert growing.finished == one_buffer.finished
+    for a, b in zip(growing.logprobs, one_buffer.logprobs):
+        assert torch.equal(a, b)
+
+
+def test_rows_that_stop_early_hold_a_block_of_cache_not_max_new_tokens(model, prompts, cache_meter):
+    """Issue 23: every row got prompt width + the call's max_new_tokens of cache, used or not."""
+    first = generate(model, prompts, max_new_tokens=1, eos_token_id=None, params=GREEDY)
+    firsts = {t[0] for t in first.tokens}
+    # Every token but the rows' first ones ends a row: each row stops at its second or third token.
+    eos = [i for i in range(model.config.vocab_size) if i not in firsts]
+    out = generate(model, prompts, max_new_tokens=5000, eos_token_id=eos, params=GREEDY)
+    assert all(f for f in out.finished) and max(len(t) for t in out.tokens) <= 3
+    per_token = kv_bytes_per_token(shape_from_config(model.config.to_dict()), dtype_bytes=4)
+    width = max(map(len, prompts))
+    assert cache_meter.peak > 0
+    assert cache_meter.peak <= len(prompts) * (width + GROW_BLOCK) * per_token  # was 8 x (11 + 5000) positions
