@@ -112,7 +112,6 @@ def token_logprobs(
         raise ValueError(
             f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)}: pass two [B, T]"
         )
-    head = _output_head(model)
     mask = attention_mask.long()
     if position_ids is None:
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -125,6 +124,27 @@ def token_logprobs(
         logits_to_keep=1,
     )
     hidden = out.hidden_states[-1]  # [B, T, H]: after the final norm, i.e. what the head sees
+    return head_logprobs(model, hidden, input_ids, mask, temperature=temperature, chunk_tokens=chunk_tokens,
+                         with_entropy=with_entropy, target_mask=target_mask)
+
+
+def head_logprobs(
+    model: nn.Module,
+    hidden: Tensor,
+    input_ids: Tensor,
+    mask: Tensor,
+    *,
+    temperature: float,
+    chunk_tokens: int,
+    with_entropy: bool,
+    target_mask: Tensor | None,
+) -> TokenLogprobs:
+    """The output-head half of `token_logprobs`: log-probs (and entropies) from the decoder's last hidden states.
+
+    hidden: [B, T, H] after the final norm; input_ids, mask: [B, T] long; target_mask: [B, T] bool or None.
+    Position t is scored from hidden[:, t - 1], so position 0 holds 0. Returns [B, T] float32 tensors.
+    """
+    head = _output_head(model)
     B, T = input_ids.shape
 
     # Position t is predicted by the hidden state at t - 1. A token counts only when it and its predecessor are

@@ -15,6 +15,8 @@ Functions:
     pack_by_length         rows sorted by length (descending, stable), then cut into runs minimizing padded tokens
                            + a per-micro-batch cost (exact DP); never more padding than the in-order packing.
     padded_fraction        padding positions / all positions of a packing.
+    pack_by_shared_prefix  rows whose prompts share a long prefix together, the prefix run once per micro-batch
+                           (memagent.model.shared_prefix); the rest by pack_by_length.
     pack_concatenated      remove-padding: rows concatenated into ONE sequence per group (first-fit decreasing,
                            sum of lengths <= budget), with packed_position_ids restarting at 0 per row. With
                            attention_mask None, transformers 5.25 (masking_utils.find_packed_sequence_indices, used
@@ -41,6 +43,8 @@ from __future__ import annotations
 
 import torch
 
+from memagent.rollout.prefill import shared_prefix_runs
+
 
 def pack_by_token_budget(lengths: list[int], budget: int) -> list[list[int]]:
     """Group row indices, in order, so each group's padded size (rows x longest row) fits `budget` tokens.
@@ -59,6 +63,31 @@ def pack_by_token_budget(lengths: list[int], budget: int) -> list[list[int]]:
             groups.append([i])
             longest = n
     return groups
+
+
+def pack_by_shared_prefix(
+    prompts: list[list[int]], lengths: list[int], budget: int, min_prefix: int
+) -> list[tuple[list[int], int]]:
+    """Micro-batches of rows that run a shared prompt prefix once (memagent.model.shared_prefix), and of the rest.
+
+    prompts: [R] prompt token lists (never trained on); lengths: [R] ints, prompt + response tokens per row;
+    budget: padded tokens per micro-batch, counted as prefix + rows x longest suffix; min_prefix: shortest prefix
+    worth a forward of its own. Returns (row indices, prefix length) per micro-batch, every index exactly once;
+    prefix 0 = a plain micro-batch. The runs are memagent.rollout.prefill's (sorted prompts, a DP maximising the
+    prefix tokens saved, each prefix at least one token short of every prompt of its run, so no trained token and
+    no first suffix position is in it); each run is cut by pack_by_length over its suffixes, and a micro-batch of
+    one row gains nothing from a prefix, so it joins the plain rows.
+    """
+    shared: list[tuple[list[int], int]] = []
+    plain = set(range(len(lengths)))
+    for rows, prefix in shared_prefix_runs(prompts, min_prefix) if min_prefix > 0 else []:
+        suffixes = [lengths[i] - prefix for i in rows]
+        for group in pack_by_length(suffixes, max(budget - prefix, 1)):
+            if len(group) > 1:
+                shared.append(([rows[g] for g in group], prefix))
+                plain.difference_update(rows[g] for g in group)
+    rest = sorted(plain)
+    return shared + [([rest[g] for g in group], 0) for group in pack_by_length([lengths[i] for i in rest], budget)]
 
 
 def length_order(lengths: list[int]) -> list[int]:

@@ -24,12 +24,17 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from memagent.model.logprobs import token_logprobs
+from memagent.model.logprobs import TokenLogprobs, token_logprobs
+from memagent.model.shared_prefix import shared_prefix_logprobs
 from memagent.progress import progress
 from memagent.records import TrainRow
 from memagent.rl.kl import kl_penalty
 from memagent.rl.loss import aggregate, policy_loss
-from memagent.rl.packing import pack_by_length, pack_by_token_budget  # noqa: F401 (pack_by_token_budget: re-exported)
+from memagent.rl.packing import (  # noqa: F401 (pack_by_token_budget: re-exported)
+    pack_by_length,
+    pack_by_shared_prefix,
+    pack_by_token_budget,
+)
 
 
 @dataclass
@@ -48,16 +53,20 @@ class MicroBatch:
     """[B, T] float32 (0 off the loss mask)."""
     ref_logp: Tensor | None
     """[B, T] float32 or None."""
+    prefix_ids: Tensor | None = None
+    """[P] long prompt tokens every row starts with, run once (memagent.model.shared_prefix); the tensors above
+    then hold each row's tokens after them. None: they hold whole rows."""
 
 
-def collate(rows: list[TrainRow], pad_id: int, device: torch.device) -> MicroBatch:
+def collate(rows: list[TrainRow], pad_id: int, device: torch.device, prefix_len: int = 0) -> MicroBatch:
     """Right-pad rows into one MicroBatch; an empty list gives a two-token all-masked dummy row (with zero old and
-    reference log-probs, so a KL run's dummy micro-batch collates like a real one)."""
+    reference log-probs, so a KL run's dummy micro-batch collates like a real one). prefix_len > 0: the rows'
+    first prefix_len tokens (prompt tokens they all share) become `prefix_ids` and are cut from every row."""
     if not rows:
         zero = torch.zeros(1)
         rows = [TrainRow(input_ids=[pad_id, pad_id], prompt_len=1, response_mask=[0], advantage=0.0,
                          old_logprobs=zero, ref_logprobs=zero)]
-    T = max(len(r.input_ids) for r in rows)
+    T = max(len(r.input_ids) for r in rows) - prefix_len
     B = len(rows)
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     attn = torch.zeros(B, T, dtype=torch.long)
@@ -65,8 +74,8 @@ def collate(rows: list[TrainRow], pad_id: int, device: torch.device) -> MicroBat
     old = torch.zeros(B, T)
     ref = torch.zeros(B, T) if all(r.ref_logprobs is not None for r in rows) else None
     for i, r in enumerate(rows):
-        n, p = len(r.input_ids), r.prompt_len
-        ids[i, :n] = torch.tensor(r.input_ids)
+        n, p = len(r.input_ids) - prefix_len, r.prompt_len - prefix_len
+        ids[i, :n] = torch.tensor(r.input_ids[prefix_len:])
         attn[i, :n] = 1
         loss_mask[i, p:n] = torch.tensor(r.response_mask, dtype=torch.bool)
         if r.old_logprobs is not None:
@@ -75,8 +84,9 @@ def collate(rows: list[TrainRow], pad_id: int, device: torch.device) -> MicroBat
             ref[i, p:n] = r.ref_logprobs
     adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
     to = dict(device=device)
+    prefix = torch.tensor(rows[0].input_ids[:prefix_len], dtype=torch.long, device=device) if prefix_len else None
     return MicroBatch(ids.to(**to), attn.to(**to), loss_mask.to(**to), adv.to(**to), old.to(**to),
-                      None if ref is None else ref.to(**to))
+                      None if ref is None else ref.to(**to), prefix)
 
 
 def micro_batches(rows: list[TrainRow], budget: int, count: int | None = None) -> list[list[TrainRow]]:
@@ -86,32 +96,58 @@ def micro_batches(rows: list[TrainRow], budget: int, count: int | None = None) -
     return packs + [[] for _ in range(max(0, (count or 0) - len(packs)))]
 
 
+def prefix_micro_batches(rows: list[TrainRow], budget: int, count: int | None = None, *,
+                         shared_prefix: int = 0) -> list[tuple[list[TrainRow], int]]:
+    """`micro_batches` with each pack's shared prefix length: rows whose prompts share at least `shared_prefix`
+    leading tokens run them once per micro-batch (packing.pack_by_shared_prefix); 0 = off, every prefix 0.
+    Any grouping still gives the same loss. Returns (rows, prefix length) per micro-batch, padded with empty
+    plain ones up to `count`."""
+    if shared_prefix <= 0:
+        return [(pack, 0) for pack in micro_batches(rows, budget, count)]
+    plan = pack_by_shared_prefix([r.input_ids[: r.prompt_len] for r in rows], [len(r.input_ids) for r in rows],
+                                 budget, shared_prefix)
+    packs = [([rows[i] for i in group], prefix) for group, prefix in plan]
+    return packs + [([], 0) for _ in range(max(0, (count or 0) - len(packs)))]
+
+
+def micro_batch_logprobs(model: nn.Module, mb: MicroBatch, *, temperature: float, with_entropy: bool = False,
+                         target_mask: Tensor | None = None) -> TokenLogprobs:
+    """[B, T] log-probs of a micro-batch: `token_logprobs` over whole rows, or, when it has a shared prefix,
+    `shared_prefix_logprobs` over the rows' suffixes (equal up to float rounding)."""
+    if mb.prefix_ids is None:
+        return token_logprobs(model, mb.input_ids, mb.attention_mask, temperature=temperature,
+                              with_entropy=with_entropy, target_mask=target_mask)
+    return shared_prefix_logprobs(model, mb.prefix_ids, mb.input_ids, mb.attention_mask, temperature=temperature,
+                                  with_entropy=with_entropy, target_mask=target_mask)
+
+
 @torch.no_grad()
 def response_logprobs(
     model: nn.Module, rows: list[TrainRow], *, budget: int, pad_id: int, temperature: float, device: torch.device,
-    num_micro: int | None = None,
+    num_micro: int | None = None, shared_prefix: int = 0,
 ) -> list[Tensor]:
     """Per-row [response length] float32 log-probs under `model` (no grad): the old policy or the reference."""
     by_row: dict[int, Tensor] = {}  # id(row) -> its log-probs: micro-batches hold rows out of input order
-    for pack in micro_batches(rows, budget, num_micro):
-        mb = collate(pack, pad_id, device)
-        logp = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature=temperature,
-                              target_mask=mb.loss_mask).logprobs.float().cpu()
-        by_row.update((id(r), logp[i, r.prompt_len : len(r.input_ids)]) for i, r in enumerate(pack))
+    for pack, prefix in prefix_micro_batches(rows, budget, num_micro, shared_prefix=shared_prefix):
+        mb = collate(pack, pad_id, device, prefix)
+        logp = micro_batch_logprobs(model, mb, temperature=temperature, target_mask=mb.loss_mask).logprobs
+        logp = logp.float().cpu()
+        by_row.update((id(r), logp[i, r.prompt_len - prefix : len(r.input_ids) - prefix]) for i, r in enumerate(pack))
     return [by_row[id(r)] for r in rows]
 
 
 def micro_batch_counts(minis: list[list[TrainRow]], budget: int,
-                       all_reduce_max: Callable[[Tensor], Tensor]) -> list[int]:
+                       all_reduce_max: Callable[[Tensor], Tensor], shared_prefix: int = 0) -> list[int]:
     """Micro-batches of each mini-batch, the max over ranks (one all-reduce): every rank runs as many forwards."""
-    local = torch.tensor([len(micro_batches(mini, budget)) for mini in minis], dtype=torch.long)
+    local = torch.tensor([len(prefix_micro_batches(mini, budget, shared_prefix=shared_prefix)) for mini in minis],
+                         dtype=torch.long)
     return [int(n) for n in all_reduce_max(local)]
 
 
 @torch.no_grad()
 def set_logprobs(
     model: nn.Module, minis: list[list[TrainRow]], counts: list[int], field: str, *, budget: int, pad_id: int,
-    temperature: float, device: torch.device,
+    temperature: float, device: torch.device, shared_prefix: int = 0,
 ) -> None:
     """Store `model`'s log-probs in each row's `field` ("old_logprobs" or "ref_logprobs"), mini-batch by mini-batch.
 
@@ -121,7 +157,7 @@ def set_logprobs(
     """
     for mini, count in zip(minis, counts):
         for row, lp in zip(mini, response_logprobs(model, mini, budget=budget, pad_id=pad_id, temperature=temperature,
-                                                   device=device, num_micro=count)):
+                                                   device=device, num_micro=count, shared_prefix=shared_prefix)):
             setattr(row, field, lp)
 
 
@@ -153,6 +189,7 @@ def accumulate_gradients(
     device: torch.device,
     backward: Callable[[Tensor, bool], None],
     num_micro: int | None = None,
+    shared_prefix: int = 0,
 ) -> dict[str, float]:
     """Forward/backward every micro-batch of `rows`; gradients accumulate, nothing is stepped.
 
@@ -163,16 +200,15 @@ def accumulate_gradients(
     """
     if num_tokens <= 0 or num_seqs <= 0:
         raise ValueError("accumulate_gradients: the mini-batch has no trained token on any rank")
-    packs = micro_batches(rows, budget, num_micro)
+    packs = prefix_micro_batches(rows, budget, num_micro, shared_prefix=shared_prefix)
     sums = {"loss": 0.0, "clipfrac": 0.0, "clipfrac_lower": 0.0, "approx_kl": 0.0, "entropy": 0.0, "kl": 0.0}
     tokens = 0
-    for k, pack in enumerate(packs):
-        mb = collate(pack, pad_id, device)
+    for k, (pack, prefix) in enumerate(packs):
+        mb = collate(pack, pad_id, device, prefix)
         # An all-masked (dummy) micro-batch still computes one position, so its zero loss has a graph: the
         # backward it runs is the collective the other ranks wait for.
         target = mb.loss_mask if bool(mb.loss_mask.any()) else None
-        out = token_logprobs(model, mb.input_ids, mb.attention_mask, temperature=temperature, with_entropy=True,
-                             target_mask=target)
+        out = micro_batch_logprobs(model, mb, temperature=temperature, with_entropy=True, target_mask=target)
         loss, metrics = policy_loss(out.logprobs, mb.old_logp, mb.advantages, mb.loss_mask, clip_low=clip_low,
                                     clip_high=clip_high, clip_c=clip_c, agg=agg, num_tokens=num_tokens,
                                     num_seqs=num_seqs, norm_len=norm_len)
@@ -215,7 +251,7 @@ def update_policy(
     budget: int, pad_id: int, temperature: float, device: torch.device,
     all_reduce_sum: Callable[[Tensor], Tensor], backward: Callable[[Tensor, bool], None],
     optimizer_step: Callable[[], tuple[float, bool]], show_progress: bool = False,
-    forward_context: Callable[[], AbstractContextManager] = nullcontext,
+    forward_context: Callable[[], AbstractContextManager] = nullcontext, shared_prefix: int = 0,
 ) -> list[dict[str, float]]:
     """Step 6: one optimizer update per mini-batch (`counts[i]` micro-batches each, from micro_batch_counts).
 
@@ -228,6 +264,10 @@ def update_policy(
     backward passes and left before its optimizer step. It must not be open around this call: autocast keeps its
     bf16 copy of each fp32 weight until the outermost context exits, so under one context every update after the
     first would run on copies of the weights from before the first, so an open one is refused.
+
+    shared_prefix: rows whose prompts share at least this many leading tokens run them once per micro-batch
+    (memagent.model.shared_prefix: one process, no gradient checkpointing); 0 = off. The gradient is the same up to
+    float rounding; set_logprobs must be given the same value, so the first ratio stays exactly 1.
     """
     if torch.is_autocast_enabled(device.type):
         raise RuntimeError("update_policy: called inside an autocast context, which would serve every update after "
@@ -243,7 +283,7 @@ def update_policy(
                 model, mini, clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, agg=agg, norm_len=norm_len,
                 kl_coef=kl_coef, kl_kind=kl_kind, num_tokens=num_tokens, num_seqs=num_seqs, world_size=world_size,
                 budget=budget, pad_id=pad_id, temperature=temperature, device=device, backward=backward,
-                num_micro=num_micro)
+                num_micro=num_micro, shared_prefix=shared_prefix)
         grad_norm, skipped = optimizer_step()
         metrics["grad_norm"], metrics["skipped"] = grad_norm, float(skipped)
         updates.append(metrics)

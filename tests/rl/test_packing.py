@@ -17,6 +17,7 @@ from memagent.model import build_tiny_model, load_model
 from memagent.rl.packing import (
     length_order,
     pack_by_length,
+    pack_by_shared_prefix,
     pack_by_token_budget,
     pack_concatenated,
     packed_position_ids,
@@ -186,3 +187,103 @@ def test_response_logprobs_come_back_in_input_order_whatever_the_packing(
         assert [len(lp) for lp in packed] == [len(r.response_mask) for r in rows]
         for got, want in zip(packed, alone):
             torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+# --- shared prompt prefixes run once per micro-batch ----------------------------------------------------------
+
+
+def prefixed_prompts(draw_ids: list[int], shape: list[tuple[int, int, int]]) -> tuple[list[list[int]], list[int]]:
+    """Prompts from (group, private prompt tokens, response tokens) triples: a template shared by all, a
+    per-group block, then private tokens; returns the prompts and the rows' total lengths."""
+    template = draw_ids[:12]
+    prompts, lengths = [], []
+    for k, (group, private, response) in enumerate(shape):
+        block = [600 + group] * 10
+        prompts.append(template + block + [1000 + 37 * k + i for i in range(private)])
+        lengths.append(len(prompts[-1]) + response)
+    return prompts, lengths
+
+
+shape_st = st.lists(st.tuples(st.integers(0, 3), st.integers(1, 6), st.integers(1, 9)), min_size=0, max_size=24)
+
+
+@FAST
+@given(shape=shape_st, budget=st.integers(20, 400), min_prefix=st.integers(1, 30))
+def test_shared_prefix_packing_covers_every_row_once_and_each_prefix_is_prompt_common_to_its_rows(
+        shape, budget: int, min_prefix: int) -> None:
+    prompts, lengths = prefixed_prompts(list(range(3, 40)), shape)
+    plan = pack_by_shared_prefix(prompts, lengths, budget, min_prefix)
+    assert sorted(i for group, _ in plan for i in group) == list(range(len(lengths)))
+    for group, prefix in plan:
+        assert group
+        if prefix == 0:
+            continue
+        assert len(group) >= 2 and prefix >= min_prefix
+        assert all(prompts[i][:prefix] == prompts[group[0]][:prefix] for i in group)
+        assert all(prefix <= len(prompts[i]) - 1 for i in group)  # the first suffix token is prompt, never trained
+        assert prefix + len(group) * max(lengths[i] - prefix for i in group) <= budget
+
+
+def test_shared_prefix_packing_runs_each_groups_common_prompt_once() -> None:
+    prompts, lengths = prefixed_prompts(list(range(3, 40)), [(g, 3, 5) for g in (0, 0, 0, 1, 1, 1)])
+    plan = pack_by_shared_prefix(prompts, lengths, budget=10_000, min_prefix=8)
+    forwarded = sum(prefix + sum(lengths[i] - prefix for i in group) for group, prefix in plan)
+    assert sorted(prefix for _, prefix in plan) == [22, 22]  # template + the group's block, per group
+    assert forwarded == sum(lengths) - 2 * 2 * 22
+    assert pack_by_shared_prefix(prompts, lengths, budget=10_000, min_prefix=0) == [
+        (group, 0) for group in pack_by_length(lengths, 10_000)]
+
+
+def grouped_rows(seed: int = 0) -> list[TrainRow]:
+    """MemAgent-like rows: two groups of 3 conversations whose prompts share a template and the group's block,
+    then differ (each trajectory's memory); one answer row sharing only the template; a forced token in one."""
+    g = torch.Generator().manual_seed(seed)
+    template = torch.randint(3, 500, (9,), generator=g).tolist()
+    rows = []
+    for _ in range(2):
+        block = torch.randint(3, 500, (7,), generator=g).tolist()
+        adv = float(torch.randn(1, generator=g))
+        for k in range(3):
+            private = torch.randint(3, 500, (int(torch.randint(1, 5, (1,), generator=g)),), generator=g).tolist()
+            response = torch.randint(3, 500, (int(torch.randint(2, 7, (1,), generator=g)),), generator=g).tolist()
+            mask = [1] * len(response)
+            if k == 1:
+                mask[0] = 0
+            prompt = template + block + private
+            rows.append(TrainRow(prompt + response, len(prompt), mask, advantage=adv * (1 - k)))
+    rows.append(TrainRow(template + [7, 8, 9, 10], 11, [1, 1], advantage=0.5))
+    return rows
+
+
+def shared_loss_and_gradient(model: torch.nn.Module, rows: list[TrainRow], budget: int,
+                             shared_prefix: int) -> tuple[float, torch.Tensor]:
+    num_tokens, num_seqs = global_counts(rows, lambda t: t.clone())
+    model.zero_grad(set_to_none=True)
+    metrics = accumulate_gradients(model, rows, **LossConfig().update_args(), num_tokens=num_tokens,
+                                   num_seqs=num_seqs, world_size=1, budget=budget, pad_id=0, temperature=0.9,
+                                   device=CPU, backward=lambda loss, is_last: loss.backward(),
+                                   shared_prefix=shared_prefix)
+    grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    return metrics["loss"], grad
+
+
+@pytest.mark.parametrize("budget", [60, 10_000])
+def test_shared_prefix_update_gives_the_plain_loss_gradient_and_old_logprobs(model64: torch.nn.Module,
+                                                                            budget: int) -> None:
+    rows = grouped_rows()
+    plan = pack_by_shared_prefix([r.input_ids[: r.prompt_len] for r in rows], [len(r.input_ids) for r in rows],
+                                 budget, 8)
+    assert any(prefix >= 16 for _, prefix in plan)  # the groups' blocks are shared, not only the template
+    plain = response_logprobs(model64, rows, budget=budget, pad_id=0, temperature=0.9, device=CPU)
+    shared = response_logprobs(model64, rows, budget=budget, pad_id=0, temperature=0.9, device=CPU, shared_prefix=8)
+    for got, want in zip(shared, plain):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    g = torch.Generator().manual_seed(1)
+    for row, lp in zip(rows, plain):
+        row.old_logprobs = lp + 0.3 * torch.randn(lp.shape, generator=g, dtype=lp.dtype)
+    loss_plain, grad_plain = shared_loss_and_gradient(model64, rows, budget, 0)
+    loss_shared, grad_shared = shared_loss_and_gradient(model64, rows, budget, 8)
+    assert bool(grad_plain.abs().sum() > 0)
+    assert abs(loss_shared - loss_plain) < 1e-6
+    torch.testing.assert_close(grad_shared, grad_plain, rtol=0, atol=1e-6 * float(grad_plain.abs().max()))
