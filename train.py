@@ -60,6 +60,13 @@ def rollout(setup: TrainingSetup, questions: list[Sample]) -> list[Trajectory]:
                             show_progress=setup.cfg.run.progress and setup.learner.rank == 0)
 
 
+def shared_prefix_tokens(setup: TrainingSetup) -> int:
+    """optim.shared_prefix_tokens where running a shared prompt prefix once is exact and adds no collective: one
+    process, no gradient checkpointing (memagent.model.shared_prefix); else 0, every row runs whole."""
+    plain = setup.learner.world_size > 1 or setup.cfg.model.gradient_checkpointing
+    return 0 if plain else setup.cfg.optim.shared_prefix_tokens
+
+
 def score(cfg: TrainConfig, trajectories: list[Trajectory], questions: list[Sample]) -> None:
     """Outcome reward of each trajectory: the verifier on its final answer + DAPO's overlong penalty."""
     r = cfg.rollout
@@ -89,9 +96,9 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
     # Each phase opens its own bf16 autocast context and none spans an optimizer step, since autocast keeps its
     # bf16 copies of the fp32 weights until its outermost context exits (update_policy's forward_context).
     minis = split_mini_batches(rows, opt.mini_batches)
-    counts = micro_batch_counts(minis, opt.micro_batch_tokens, learner.all_reduce_max)
+    counts = micro_batch_counts(minis, opt.micro_batch_tokens, learner.all_reduce_max, shared_prefix_tokens(setup))
     packing = dict(budget=opt.micro_batch_tokens, pad_id=setup.tokenizer.pad_token_id, device=setup.device,
-                   temperature=r.temperature)
+                   temperature=r.temperature, shared_prefix=shared_prefix_tokens(setup))
     with autocast(setup.device, setup.autocast_dtype):
         if not r.reuse_logprobs:
             set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)

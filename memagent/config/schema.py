@@ -129,6 +129,8 @@ class OptimConfig:
     """Optimizer updates per RL step; the step's conversations are split into this many (MemAgent: 16)."""
     micro_batch_tokens: int = 16384
     """Token budget (rows x padded length) of one forward/backward micro-batch; any value gives the same loss."""
+    shared_prefix_tokens: int = 64
+    """Rows sharing a prompt prefix this long run it once per micro-batch (0 = off; one process, no checkpointing)."""
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,7 @@ def validate(cfg: TrainConfig) -> None:
         (lo.kl_coef >= 0, "loss.kl_coef must be >= 0"),
         (op.mini_batches >= 1, f"optim.mini_batches={op.mini_batches} must be >= 1"),
         (op.micro_batch_tokens >= 1, "optim.micro_batch_tokens must be >= 1"),
+        (op.shared_prefix_tokens >= 0, f"optim.shared_prefix_tokens={op.shared_prefix_tokens} must be >= 0 (0 = off)"),
         (op.lr > 0, f"optim.lr={op.lr} must be > 0"),
         (d.train_chunks >= 1 and d.num_eval >= 0, "data.train_chunks must be >= 1 and data.num_eval >= 0"),
         (min(cfg.demo.chunks, cfg.demo.pretrain_chunks) >= 1, "demo.chunks and demo.pretrain_chunks must be >= 1"),
