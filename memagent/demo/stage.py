@@ -85,7 +85,7 @@ class DemoStage:
             t = time.perf_counter()
             sft = self._questions(tokenizer, d.steps * d.batch_questions, d.chunks, seed + 7)
             losses = warm_start(model, tokenizer, sft, cfg.workflow, d, seed=cfg.run.seed, device=device,
-                                budget=budget, show=show)
+                                budget=budget, show=show, shared_prefix=cfg.optim.shared_prefix_tokens)
             ran = True
             if rank == 0:
                 print(f"warm start: {len(losses)} SFT updates, loss {losses[0]:.3f} -> {losses[-1]:.3f} "

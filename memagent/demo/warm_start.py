@@ -32,10 +32,9 @@ from transformers import PreTrainedTokenizerBase
 
 from memagent.config import DemoConfig
 from memagent.demo.task import OracleLLM
-from memagent.model.logprobs import token_logprobs
 from memagent.progress import progress
 from memagent.records import MEMORY, Sample, TrainRow, Trajectory
-from memagent.rl.step import collate, micro_batches
+from memagent.rl.step import collate, micro_batch_logprobs, prefix_micro_batches
 from memagent.rollout.chunking import iter_chunks
 from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.workflow import prepare_document, run_memagent
@@ -85,13 +84,15 @@ def compact_oracle_rows(samples: list[Sample], tokenizer: PreTrainedTokenizerBas
 
 def supervised_updates(
     model: nn.Module, batch_rows: Callable[[int], list[TrainRow]], *, steps: int, lr: float, pad_id: int,
-    device: torch.device, budget: int, stop_loss: float = 0.0, desc: str, show: bool,
+    device: torch.device, budget: int, stop_loss: float = 0.0, desc: str, show: bool, shared_prefix: int = 0,
 ) -> list[float]:
     """Up to `steps` AdamW updates (10% linear warm-up, then constant lr) of the token-mean NLL of the response
     tokens of `batch_rows(u)`; stops early once the mean loss of the last 5 updates is below `stop_loss`.
 
     Returns the loss of each update. The token mean is over the whole batch (one normalizer for all its
-    micro-batches), so the micro-batch budget does not change the update.
+    micro-batches), so the micro-batch budget does not change the update. shared_prefix: rows whose prompts share
+    that many leading tokens run them once per micro-batch (memagent.rl.step.prefix_micro_batches; 0 = off): every
+    workflow prompt starts with the same chat template and instructions, most of its tokens at the demo's size.
     """
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 10)
@@ -102,9 +103,9 @@ def supervised_updates(
         rows = batch_rows(u)
         num_tokens = sum(r.num_trained_tokens for r in rows)
         total = 0.0
-        for pack in micro_batches(rows, budget):
-            mb = collate(pack, pad_id, device)
-            logp = token_logprobs(model, mb.input_ids, mb.attention_mask, target_mask=mb.loss_mask).logprobs
+        for pack, prefix in prefix_micro_batches(rows, budget, shared_prefix=shared_prefix):
+            mb = collate(pack, pad_id, device, prefix)
+            logp = micro_batch_logprobs(model, mb, temperature=1.0, target_mask=mb.loss_mask).logprobs
             loss = -torch.where(mb.loss_mask, logp, 0.0).sum() / num_tokens
             loss.backward()
             total += float(loss.detach())
@@ -130,7 +131,8 @@ def compact_pretrain(model: nn.Module, tokenizer: PreTrainedTokenizerBase, quest
 
 
 def warm_start(model: nn.Module, tokenizer: PreTrainedTokenizerBase, samples: list[Sample], workflow: WorkflowConfig,
-               cfg: DemoConfig, *, seed: int, device: torch.device, budget: int, show: bool) -> list[float]:
+               cfg: DemoConfig, *, seed: int, device: torch.device, budget: int, show: bool,
+               shared_prefix: int = 0) -> list[float]:
     """Stage 2: `cfg.steps` updates of SFT on the workflow's own oracle traces; returns the loss of each update.
 
     Update u trains on questions u*B .. (u+1)*B-1 (B = cfg.batch_questions, wrapping around), so with
@@ -144,7 +146,7 @@ def warm_start(model: nn.Module, tokenizer: PreTrainedTokenizerBase, samples: li
     return supervised_updates(
         model, lambda u: [r for i in range(u * b, (u + 1) * b) for r in traces[order[i % len(order)]]],
         steps=cfg.steps, lr=cfg.lr, pad_id=_pad_id(tokenizer), device=device, budget=budget, desc="warm start",
-        show=show)
+        show=show, shared_prefix=shared_prefix)
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
