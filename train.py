@@ -215,7 +215,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                          [kept.questions[t.sample_index].answers for t in kept.trajectories])
         if (cfg.run.save_every and step % cfg.run.save_every == 0) or step == cfg.run.steps:
             save_checkpoint(learner, setup.tokenizer, out, step, {"position": stream.position,
-                            "before": state["before"], "config": cfg}, setup.generator, keep=cfg.run.keep_checkpoints)
+                            "before": state["before"], "config": cfg}, setup.generator, keep=cfg.run.keep_checkpoints,
+                            merged_dtype=getattr(torch, cfg.model.lora_merged_dtype))
     after = evaluate(setup) if setup.heldout else {}
     if learner.rank == 0 and after:
         logger.log(cfg.run.steps, after)

@@ -34,6 +34,8 @@ class ModelConfig:
     """LoRA alpha: the adapters' update is scaled by alpha / rank."""
     lora_targets: tuple[str, ...] = DEFAULT_TARGETS
     """Names of the nn.Linear layers that get adapters (default: every attention and MLP projection)."""
+    lora_merged_dtype: str = "float32"
+    """dtype of a LoRA checkpoint's merged model/: float32 (exact), bfloat16 or float16 (rounding loses part of the update; it warns how much)."""
 
 
 @dataclass(frozen=True)
@@ -299,6 +301,8 @@ def lora_checks(cfg: TrainConfig) -> list[tuple[bool, str]]:
     return [
         (m.lora_rank >= 0, f"model.lora_rank={m.lora_rank} must be >= 0 (0 = full fine-tuning)"),
         (m.lora_alpha > 0, f"model.lora_alpha={m.lora_alpha} must be > 0"),
+        (m.lora_merged_dtype in ("float32", "bfloat16", "float16"),
+         f"model.lora_merged_dtype={m.lora_merged_dtype!r}: float32, bfloat16, float16"),
         (len(targets) > 0 and all(targets) and len(set(targets)) == len(targets),
          f"model.lora_targets={targets!r}: give distinct, non-empty nn.Linear names, e.g. q_proj,v_proj"),
         # memagent.model.logprobs applies the output head outside the model's forward, so an adapter there would

@@ -143,6 +143,7 @@ def test_lora_kl_reference_is_the_frozen_base_not_the_moving_policy(tmp_path: Pa
     ({"lora_rank": 4, "lora_targets": ("q_proj", "q_proj")}, {}, "model.lora_targets"),
     ({"lora_rank": 4, "lora_targets": ("q_proj", "lm_head")}, {}, "model.lora_targets: lm_head"),
     ({"lora_rank": 4}, {"deepspeed": "configs/ds_zero2.json"}, "model.lora_rank=4 with run.deepspeed"),
+    ({"lora_rank": 4, "lora_merged_dtype": "float64"}, {}, "model.lora_merged_dtype='float64'"),
 ])
 def test_bad_lora_settings_are_refused_naming_the_field(model: dict, run: dict, words: str) -> None:
     with pytest.raises(ValueError, match=words):
@@ -173,6 +174,14 @@ def test_lora_trains_float32_adapters_over_a_bfloat16_base(tmp_path: Path, model
     step = tmp_path / "out" / "checkpoints" / "step_000001"
     assert {t.dtype for t in load_file(str(step / "model" / "model.safetensors")).values()} == {torch.float32}
     assert {t.dtype for t in load_file(str(step / "adapter.safetensors")).values()} == {torch.float32}
+
+
+def test_a_bf16_merged_model_dir_is_saved_on_request_with_a_warning(tmp_path: Path, model_dir: str) -> None:
+    with pytest.warns(UserWarning, match="merged weights saved in bfloat16 lose .*% of the LoRA update"):
+        smoke(tmp_path / "out", model_dir, *LORA, "--model.dtype", "bfloat16", "--model.lora-merged-dtype", "bfloat16",
+              "--run.steps", "1")
+    saved = load_file(str(tmp_path / "out" / "checkpoints" / "step_000001" / "model" / "model.safetensors"))
+    assert {t.dtype for t in saved.values()} == {torch.bfloat16}
 
 
 def test_a_resumed_lora_run_keeps_the_warm_started_base(tmp_path: Path, model_dir: str) -> None:
