@@ -13,7 +13,10 @@ A MemAgent group rollout sends the engine many prompts that overlap (docs/workfl
    middle padding: a row's positions are [pads][prefix][pads][suffix], attention mask 0 on pads, position ids
    cumsum(mask) - 1, so every real token sits at the position it has in a plain prefill and attends to exactly the
    tokens it would there. Which prompts form a run is chosen to maximise the tokens saved (`shared_prefix_runs`):
-   all prompts of a round share the chat template, a group shares the problem too, and the larger saving wins.
+   all prompts of a round share the chat template, a group shares the problem too, and the larger saving wins;
+   only plans whose middle padding keeps every row within the longest prompt are considered, so the cache is
+   never wider than a plain prefill's, the width a KV budget assumes (`LocalLLM.rows_per_call`; docs/training.md,
+   "Generation memory").
 3. Every forward goes through the cache in slices of `chunk` positions (chunked prefill), so a slice's activations,
    not a whole prompt's, are live at once.
 Results equal a plain left-padded prefill up to float rounding of the different batch shapes.
@@ -39,7 +42,7 @@ class Prefilled:
     last_positions: Tensor
     """[B, 1] long position id of each prompt's last token."""
     cache: DynamicCache
-    """W positions per row."""
+    """W positions per row, W <= the longest prompt."""
 
 
 def left_pad(prompts: list[list[int]], pad_token_id: int, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -78,45 +81,123 @@ def _common_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
+def _runs_within(
+    lengths: list[int], neighbour: list[int], min_shared_prefix: int, widest: int, cap: int
+) -> tuple[int, list[tuple[int, int, int]]]:
+    """The best runs of the sorted prompts whose prefixes are at most `cap` tokens and whose suffixes fit in the
+    `widest - cap` positions left; returns (saving, [(first, end, prefix_len)]) in sorted indices."""
+    n = len(lengths)
+    room = widest - cap
+    best = [0] * (n + 1)  # best[j]: the largest saving over the first j sorted prompts
+    start = list(range(n + 1))  # start[j]: where the last run of that best partition begins
+    shared = [0] * (n + 1)  # shared[j]: the prefix of that last run
+    for j in range(1, n + 1):
+        best[j], start[j] = best[j - 1], j - 1  # prompt j - 1 alone
+        prefix, shortest, longest = widest, lengths[j - 1], lengths[j - 1]
+        for i in range(j - 2, -1, -1):  # the run i .. j - 1
+            prefix = min(prefix, neighbour[i + 1])
+            shortest, longest = min(shortest, lengths[i]), max(longest, lengths[i])
+            length = min(prefix, shortest - 1, cap)  # every row keeps a token of its own
+            if length < min_shared_prefix or longest - length > room:
+                break  # a longer run only lowers the common prefix and raises the longest suffix
+            if best[i] + (j - i - 1) * length > best[j]:
+                best[j], start[j], shared[j] = best[i] + (j - i - 1) * length, i, length
+    runs, j = [], n
+    while j > 0:
+        if j - start[j] >= 2:
+            runs.append((start[j], j, shared[j]))
+        j = start[j]
+    return best[n], runs[::-1]
+
+
 def shared_prefix_runs(prompts: list[list[int]], min_shared_prefix: int) -> list[tuple[list[int], int]]:
-    """Groups of prompts to prefill behind one shared prefix, chosen to save the most prefill tokens.
+    """Groups of prompts to prefill behind one shared prefix, chosen to save the most prefill tokens within the
+    width of a plain prefill.
 
     prompts: distinct token-id lists. Returns (rows, prefix_len) per group of two or more rows, prefix_len >=
     min_shared_prefix; rows in no group are absent. Each prefix leaves every row of its group at least one token of
-    its own, so every row has a last position to prefill. Method: sort the prompts; a run of neighbours then has
-    as common prefix the smallest common prefix of adjacent ones, and a dynamic program over the cuts of the sorted
-    list maximises the saving, sum over runs of (size - 1) * prefix_len, in O(B^2). On a MemAgent round it saves at
-    least what grouping by question (template + problem) or one run of all (the template) saves. Groupings of
-    non-neighbours, which can save a little more (two prompts sharing a short prefix around a run sharing a longer
-    one), are not searched.
+    its own, so every row has a last position to prefill.
+
+    Width. Shared rows are laid out [pads][prefix][pads][suffix] (`split_prompts`), so the cache holds the longest
+    prefix plus the longest suffix per row. Unconstrained, that reached 1204 positions for prompts of at most 609
+    (4 sharing a 600-token system prompt beside an unrelated 604-token one), twice what a KV budget sized on the
+    longest prompt assumed. So the plan only keeps runs whose longest prefix plus the longest suffix of any shared
+    row fits the longest prompt (rows outside the runs always fit: `split_prompts`), trimming prefixes if that
+    saves more than dropping runs.
+
+    Method: sort the prompts; a run of neighbours then has as common prefix the smallest common prefix of adjacent
+    ones. For a cap on the prefix length, a dynamic program over the cuts of the sorted list maximises the saving,
+    sum over runs of (size - 1) * prefix_len, in O(B^2) (`_runs_within`). The best cap is a common prefix of some
+    run or the cap at which some run's suffix just fits, so caps are tried from the largest down, stopping once no
+    plan under a cap can beat the best found (each adjacent pair of a run saves at most min(its common prefix,
+    cap)). Groupings of non-neighbours, which can save a little more (two prompts sharing a short prefix around a
+    run sharing a longer one), are not searched.
     """
     order = sorted(range(len(prompts)), key=lambda i: prompts[i])
-    n = len(order)
-    neighbour = [0] + [_common_prefix(prompts[order[k - 1]], prompts[order[k]]) for k in range(1, n)]
-    best = [0] * (n + 1)  # best[j]: the largest saving over the first j sorted prompts
-    start = list(range(n + 1))  # start[j]: where the last run of that best partition begins
-    for j in range(1, n + 1):
-        best[j], start[j] = best[j - 1], j - 1  # prompt j - 1 alone
-        prefix, shortest = None, len(prompts[order[j - 1]])
-        for i in range(j - 2, -1, -1):  # the run order[i : j]
-            prefix = neighbour[i + 1] if prefix is None else min(prefix, neighbour[i + 1])
-            shortest = min(shortest, len(prompts[order[i]]))
+    lengths = [len(prompts[i]) for i in order]
+    neighbour = [0] + [_common_prefix(prompts[order[k - 1]], prompts[order[k]]) for k in range(1, len(order))]
+    widest = max(lengths, default=0)
+    pairs = [min(neighbour[k], lengths[k - 1] - 1, lengths[k] - 1) for k in range(1, len(order))]
+    pairs = [p for p in pairs if p >= min_shared_prefix]
+    caps: set[int] = set()
+    for j in range(1, len(order) + 1):
+        prefix, shortest, longest = widest, lengths[j - 1], lengths[j - 1]
+        for i in range(j - 2, -1, -1):
+            prefix = min(prefix, neighbour[i + 1])
+            shortest, longest = min(shortest, lengths[i]), max(longest, lengths[i])
             usable = min(prefix, shortest - 1)
             if usable < min_shared_prefix:
-                break  # a longer run only lowers the common prefix and the shortest prompt
-            saving = best[i] + (j - i - 1) * usable
-            if saving > best[j]:
-                best[j], start[j] = saving, i
-    runs: list[tuple[list[int], int]] = []
-    j = n
-    while j > 0:
-        i = start[j]
-        if j - i >= 2:
-            rows = [order[k] for k in range(i, j)]
-            prefix = min(neighbour[k] for k in range(i + 1, j))
-            runs.append((rows, min(prefix, min(len(prompts[r]) for r in rows) - 1)))
-        j = i
-    return runs[::-1]
+                break
+            caps.update((usable, usable + widest - longest))
+    best_saving, best_runs = 0, []
+    for cap in sorted(caps, reverse=True):
+        if sum(min(p, cap) for p in pairs) <= best_saving:
+            break
+        saving, runs = _runs_within(lengths, neighbour, min_shared_prefix, widest, cap)
+        if saving > best_saving:
+            best_saving, best_runs = saving, runs
+    return [([order[k] for k in range(i, j)], length) for i, j, length in best_runs]
+
+
+@dataclass(frozen=True)
+class PrefixSplit:
+    """Where each distinct prompt's tokens go under prefix sharing: its first prefix_len[i] tokens are row
+    prefix_row[i] of the prefix forward, the rest its row of the suffix forward."""
+
+    prefix_len: list[int]
+    """Per prompt: tokens prefilled in the prefix forward (0: none; then prefix_row is 0 and masked out)."""
+    prefix_row: list[int]
+    """Per prompt: its row of the prefix forward."""
+    prefix_rows: list[tuple[int, int]]
+    """Per row of the prefix forward: (a prompt it serves, prefix length)."""
+    suffix_width: int
+    """Positions of the suffix forward: the longest suffix."""
+
+    @property
+    def width(self) -> int:
+        """Positions per row of the cache: the longest prefix plus the longest suffix."""
+        return max(n for _, n in self.prefix_rows) + self.suffix_width
+
+
+def split_prompts(prompts: list[list[int]], runs: list[tuple[list[int], int]]) -> PrefixSplit:
+    """The split of `prompts` for `runs` (non-empty, from `shared_prefix_runs`).
+
+    A run's rows put their shared prefix in one prefix row. A prompt outside the runs that is longer than the
+    longest suffix of a shared row puts its head in a prefix row of its own (unshared: the same tokens are computed
+    once either way), so that it never widens the cache: with it, the width is at most max(longest prefix +
+    longest shared suffix, longest prompt), which `shared_prefix_runs` keeps within the longest prompt.
+    """
+    prefix_len, prefix_row, prefix_rows = [0] * len(prompts), [0] * len(prompts), []
+    for rows, length in runs:
+        for row in rows:
+            prefix_len[row], prefix_row[row] = length, len(prefix_rows)
+        prefix_rows.append((rows[0], length))
+    suffix = max(len(prompts[row]) - length for rows, length in runs for row in rows)
+    for i, prompt in enumerate(prompts):
+        if prefix_len[i] == 0 and len(prompt) > suffix:
+            prefix_len[i], prefix_row[i] = len(prompt) - suffix, len(prefix_rows)
+            prefix_rows.append((i, len(prompt) - suffix))
+    return PrefixSplit(prefix_len, prefix_row, prefix_rows, suffix)
 
 
 def forward_through_cache(
@@ -172,18 +253,14 @@ def prefill_prompts(
         positions = _positions(mask)
         logits = forward_through_cache(model, ids, mask, positions, cache, chunk)
     else:
-        prefix_len = [0] * len(distinct)
-        run_of = [0] * len(distinct)  # rows outside every run borrow run 0's prefix, fully masked out
-        for r, (rows, n) in enumerate(runs):
-            for row in rows:
-                prefix_len[row], run_of[row] = n, r
-        prefix_ids, prefix_mask = left_pad([distinct[rows[0]][:n] for rows, n in runs], pad_token_id, device)
-        suffix_ids, suffix_mask = left_pad([p[n:] for p, n in zip(distinct, prefix_len)], pad_token_id, device)
-        cache = new_cache(prefix_ids.shape[1] + suffix_ids.shape[1])
+        split = split_prompts(distinct, runs)
+        prefix_ids, prefix_mask = left_pad([distinct[i][:n] for i, n in split.prefix_rows], pad_token_id, device)
+        suffix_ids, suffix_mask = left_pad([p[n:] for p, n in zip(distinct, split.prefix_len)], pad_token_id, device)
+        cache = new_cache(split.width)
         forward_through_cache(model, prefix_ids, prefix_mask, _positions(prefix_mask), cache, chunk)
-        expand = torch.tensor(run_of, dtype=torch.long, device=device)
+        expand = torch.tensor(split.prefix_row, dtype=torch.long, device=device)
         cache.reorder_cache(expand)
-        has_prefix = torch.tensor([n > 0 for n in prefix_len], dtype=torch.long, device=device)[:, None]
+        has_prefix = torch.tensor([n > 0 for n in split.prefix_len], dtype=torch.long, device=device)[:, None]
         mask = torch.cat([prefix_mask.index_select(0, expand) * has_prefix, suffix_mask], dim=1)
         positions = _positions(mask)
         logits = forward_through_cache(

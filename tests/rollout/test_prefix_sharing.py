@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -19,31 +21,53 @@ def common_prefix(rows: list[list[int]]) -> int:
     return next((i for i in range(n) if any(r[i] != rows[0][i] for r in rows)), n)
 
 
-def group_saving(prompts: list[list[int]], group: list[int], min_shared: int) -> int:
-    """(size - 1) * usable prefix of one group; usable: common, >= min_shared, and leaving every row a token."""
+def usable_prefix(prompts: list[list[int]], group: list[int]) -> int:
+    """The longest prefix a group may share: common to its rows and leaving every row a token of its own."""
     rows = [prompts[i] for i in group]
-    usable = min(common_prefix(rows), min(map(len, rows)) - 1)
-    return (len(group) - 1) * usable if len(group) >= 2 and usable >= min_shared else 0
+    return min(common_prefix(rows), min(map(len, rows)) - 1)
 
 
-def best_saving_over_sorted_runs(prompts: list[list[int]], min_shared: int) -> int:
-    """The best grouping into runs that are contiguous in sorted order: every way of cutting the sorted list."""
+def layout_width(prompts: list[list[int]], runs: list[tuple[list[int], int]]) -> int:
+    """Positions per row of a shared prefill: the longest prefix row plus the longest suffix. A prompt outside the
+    runs that is longer than every shared row's suffix puts its head in a prefix row of its own."""
+    if not runs:
+        return max(map(len, prompts))
+    prefix_of = {row: n for rows, n in runs for row in rows}
+    suffix = max(len(prompts[row]) - n for row, n in prefix_of.items())
+    alone = [len(p) - suffix for i, p in enumerate(prompts) if i not in prefix_of]
+    return max([n for _, n in runs] + alone) + suffix
+
+
+def saving(runs: list[tuple[list[int], int]]) -> int:
+    return sum((len(rows) - 1) * n for rows, n in runs)
+
+
+def best_saving_over_sorted_runs_that_fit(prompts: list[list[int]], min_shared: int) -> int:
+    """Every way of cutting the sorted prompts into runs, with every prefix length each run may share; the best
+    saving among those whose layout is no wider than the longest prompt."""
     order = sorted(range(len(prompts)), key=lambda i: prompts[i])
+    widest = max(map(len, prompts))
     best = 0
     for cuts in range(2 ** max(len(order) - 1, 0)):
-        runs, run = [], [order[0]]
+        groups, group = [], [order[0]]
         for k in range(1, len(order)):
             if cuts >> (k - 1) & 1:
-                runs.append(run)
-                run = []
-            run.append(order[k])
-        runs.append(run)
-        best = max(best, sum(group_saving(prompts, r, min_shared) for r in runs))
+                groups.append(group)
+                group = []
+            group.append(order[k])
+        groups = [g for g in groups + [group] if len(g) >= 2]
+        lengths = [range(min_shared, usable_prefix(prompts, g) + 1) for g in groups]
+        for prefixes in itertools.product(*lengths):
+            runs = list(zip(groups, prefixes))
+            if layout_width(prompts, runs) <= widest:
+                best = max(best, saving(runs))
     return best
 
 
-distinct_prompt_sets = st.lists(
-    st.lists(st.integers(0, 2), min_size=1, max_size=7), min_size=1, max_size=6, unique_by=tuple
+distinct_prompt_sets = st.one_of(
+    st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=7), min_size=1, max_size=6, unique_by=tuple),
+    # two symbols and longer prompts: long shared prefixes, so the width bound often decides the plan
+    st.lists(st.lists(st.integers(0, 1), min_size=1, max_size=10), min_size=1, max_size=5, unique_by=tuple),
 )
 
 
@@ -65,19 +89,35 @@ def memagent_round(draw) -> tuple[list[list[int]], int]:
 @settings(max_examples=300, deadline=None)
 @given(round_and_group=memagent_round(), min_shared=st.integers(1, 4))
 def test_prefix_runs_save_at_least_what_grouping_by_question_or_sharing_the_template_saves(round_and_group, min_shared):
+    """Either grouping counts when it shares at least min_shared tokens and fits the longest prompt."""
     prompts, group = round_and_group
-    saving = sum((len(rows) - 1) * n for rows, n in shared_prefix_runs(prompts, min_shared))
-    by_question = sum(group_saving(prompts, list(range(q, q + group)), min_shared)
-                      for q in range(0, len(prompts), group))
-    assert saving >= by_question
-    assert saving >= group_saving(prompts, list(range(len(prompts))), min_shared)
+    found = saving(shared_prefix_runs(prompts, min_shared))
+    by_question = [(list(range(q, q + group)), usable_prefix(prompts, list(range(q, q + group))))
+                   for q in range(0, len(prompts), group)]
+    everything = list(range(len(prompts)))
+    for runs in (by_question, [(everything, usable_prefix(prompts, everything))]):
+        runs = [(rows, n) for rows, n in runs if len(rows) >= 2 and n >= min_shared]
+        if layout_width(prompts, runs) <= max(map(len, prompts)):
+            assert found >= saving(runs)
 
 
 @settings(max_examples=300, deadline=None)
 @given(prompts=distinct_prompt_sets, min_shared=st.integers(1, 4))
-def test_prefix_runs_are_the_best_runs_of_the_sorted_prompts_for_any_prompts(prompts, min_shared):
+def test_prefix_runs_are_the_best_sorted_runs_that_fit_the_longest_prompt(prompts, min_shared):
     runs = shared_prefix_runs(prompts, min_shared)
-    assert sum((len(rows) - 1) * n for rows, n in runs) == best_saving_over_sorted_runs(prompts, min_shared)
+    for rows, n in runs:
+        assert len(rows) >= 2 and min_shared <= n <= usable_prefix(prompts, rows)
+    assert layout_width(prompts, runs) <= max(map(len, prompts))
+    assert saving(runs) == best_saving_over_sorted_runs_that_fit(prompts, min_shared)
+
+
+def test_prefix_runs_trim_a_long_prefix_when_that_lets_another_run_fit():
+    """Sharing all 10 tokens of the first pair leaves 1 position of suffix, too few for the second pair's 3; sharing
+    8 leaves 3, so both pairs share (8 + 5 = 13 tokens saved, against 10 for the first pair alone)."""
+    prompts = [[0] * 10 + [1], [0] * 10 + [2], [1] * 5 + [0, 0, 0], [1] * 5 + [2, 2, 2]]
+    runs = shared_prefix_runs(prompts, min_shared_prefix=2)
+    assert sorted(runs) == [([0, 1], 8), ([2, 3], 5)]
+    assert layout_width(prompts, runs) == 11
 
 
 @pytest.fixture

@@ -1,0 +1,79 @@
+"""The KV cache stays within what a budget assumes, the longest prompt plus max_new_tokens per row, also when prompts
+share prefixes (issue 23: middle padding widened rows to the longest prefix plus the longest suffix)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from transformers import DynamicCache, PreTrainedModel
+
+from memagent.model.shape import kv_bytes_per_token, shape_from_config
+from memagent.rollout import SamplingParams, generate
+from memagent.rollout.prefill import prefill_prompts
+
+GREEDY = SamplingParams(temperature=0.0)
+
+
+def bytes_per_token(model: PreTrainedModel) -> int:
+    return kv_bytes_per_token(shape_from_config(model.config.to_dict()), dtype_bytes=4)
+
+
+@pytest.fixture
+def system_prompt_beside_a_stranger(model: PreTrainedModel) -> list[list[int]]:
+    """The issue's case at a tenth of its size: 4 prompts of a 60-token system prompt and 9 tokens of their own, and
+    an unrelated prompt of 64 tokens. Shared naively: 60 + 64 = 124 positions per row for prompts of at most 69."""
+    g = torch.Generator().manual_seed(3)
+
+    def tokens(n: int) -> list[int]:
+        return torch.randint(3, model.config.vocab_size, (n,), generator=g).tolist()
+
+    system = tokens(60)
+    return [system + tokens(9) for _ in range(4)] + [tokens(64)]
+
+
+def test_a_shared_system_prompt_beside_an_unrelated_prompt_stays_within_the_budgeted_width(
+    model, system_prompt_beside_a_stranger, cache_meter
+):
+    prompts, new_tokens = system_prompt_beside_a_stranger, 8
+    shapes: list[tuple[int, int]] = []
+    handle = model.register_forward_pre_hook(
+        lambda _m, _a, kw: shapes.append(tuple(kw["input_ids"].shape)), with_kwargs=True
+    )
+    try:
+        shared = generate(model, prompts, max_new_tokens=new_tokens, eos_token_id=None, params=GREEDY)
+    finally:
+        handle.remove()
+    budget = len(prompts) * (max(map(len, prompts)) + new_tokens) * bytes_per_token(model)
+    assert 0 < cache_meter.peak <= budget  # was 5 x (124 + 8) positions against 5 x (69 + 8)
+    # The system prompt is still prefilled once: one prefix row for the 4 prompts, one for the stranger's head.
+    assert shapes[0] == (2, 60)
+    assert shapes[1] == (5, 9)
+    unshared = generate(model, prompts, max_new_tokens=new_tokens, eos_token_id=None, params=GREEDY,
+                        share_prefill=False)
+    assert shared.tokens == unshared.tokens
+
+
+prompt_sets = st.lists(st.lists(st.integers(3, 5), min_size=1, max_size=10), min_size=1, max_size=6)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prompts=prompt_sets, min_shared=st.integers(1, 3))
+def test_a_shared_prefill_is_never_wider_than_the_longest_prompt_and_gives_the_plain_logits(
+    model, prompts, min_shared
+):
+    """Any prompts (repeats included): the shared prefill's cache is at most the longest prompt wide."""
+
+    def prefill(share: bool):
+        with torch.no_grad():
+            return prefill_prompts(model, prompts, pad_token_id=0, chunk=0, share_prefill=share,
+                                   new_cache=lambda _width: DynamicCache(config=model.config),
+                                   min_shared_prefix=min_shared)
+
+    shared, plain = prefill(True), prefill(False)
+    assert shared.mask.shape[1] <= max(map(len, prompts))
+    assert shared.cache.get_seq_length() == shared.mask.shape[1]
+    assert shared.mask.sum(1).tolist() == [len(p) for p in prompts]
+    torch.testing.assert_close(shared.logits, plain.logits, rtol=0, atol=1e-4)
+    assert torch.equal(shared.last_positions, plain.last_positions)
