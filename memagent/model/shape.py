@@ -86,15 +86,32 @@ def prefill_activation_bytes(shape: ModelShape, rows: int, chunk_tokens: int, dt
     return rows * chunk_tokens * per_token
 
 
+def row_bytes(shape: ModelShape, tokens_per_row: int, chunk_tokens: int, dtype_bytes: int = 2) -> int:
+    """What one generate row of `tokens_per_row` (prompt + new tokens) costs at most: its KV cache, all positions
+    filled, plus one prefill slice of activations (`chunk_tokens`, 0 = the whole row at once)."""
+    return kv_bytes_per_token(shape, dtype_bytes) * tokens_per_row + prefill_activation_bytes(
+        shape, 1, min(chunk_tokens or tokens_per_row, tokens_per_row), dtype_bytes
+    )
+
+
 def rows_per_call(
     shape: ModelShape, budget_bytes: float, tokens_per_row: int, chunk_tokens: int, cap: int | None = None,
     dtype_bytes: int = 2,
 ) -> int:
     """How many rows of `tokens_per_row` (prompt + new tokens) one generate call may hold within `budget_bytes`
-    of KV cache plus prefill activations; at least 1, at most `cap` when given."""
+    of KV cache plus prefill activations (`row_bytes`); at least 1, at most `cap` when given."""
     if budget_bytes <= 0 or tokens_per_row < 1:
         raise ValueError(f"budget_bytes={budget_bytes} and tokens_per_row={tokens_per_row} must be positive")
-    per_row = kv_bytes_per_token(shape, dtype_bytes) * tokens_per_row
-    per_row += prefill_activation_bytes(shape, 1, min(chunk_tokens or tokens_per_row, tokens_per_row), dtype_bytes)
-    rows = max(1, int(budget_bytes // per_row))
+    rows = max(1, int(budget_bytes // row_bytes(shape, tokens_per_row, chunk_tokens, dtype_bytes)))
     return min(rows, cap) if cap else rows
+
+
+def tokens_per_row_within(shape: ModelShape, budget_bytes: float, chunk_tokens: int, dtype_bytes: int = 2) -> int:
+    """The most tokens (prompt + new tokens) one row may hold with its `row_bytes` within `budget_bytes`; 0 when not
+    even one token fits. A request longer than this cannot run within the budget even alone."""
+    kv = kv_bytes_per_token(shape, dtype_bytes)
+    activations = prefill_activation_bytes(shape, 1, 1, dtype_bytes)  # per token of a prefill slice
+    whole = int(budget_bytes // (kv + activations))  # rows prefilled in one slice: both costs grow with the row
+    if not chunk_tokens or whole <= chunk_tokens:
+        return whole
+    return int((budget_bytes - activations * chunk_tokens) // kv)  # past one slice, only the cache grows

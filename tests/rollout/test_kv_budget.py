@@ -9,7 +9,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache, PreTrainedModel
 
-from memagent.model.shape import kv_bytes_per_token, shape_from_config
+from memagent.model.shape import (
+    ModelShape,
+    kv_bytes_per_token,
+    row_bytes,
+    shape_from_config,
+    tokens_per_row_within,
+)
 from memagent.rollout import SamplingParams, generate
 from memagent.rollout.prefill import prefill_prompts
 
@@ -77,3 +83,11 @@ def test_a_shared_prefill_is_never_wider_than_the_longest_prompt_and_gives_the_p
     assert shared.mask.sum(1).tolist() == [len(p) for p in prompts]
     torch.testing.assert_close(shared.logits, plain.logits, rtol=0, atol=1e-4)
     assert torch.equal(shared.last_positions, plain.last_positions)
+
+
+@pytest.mark.parametrize("chunk", [0, 1, 7, 64])
+@pytest.mark.parametrize("budget", [0.5, 3_000.0, 40_000.0, 1e6])
+def test_tokens_per_row_within_is_the_longest_row_the_budget_holds(chunk, budget):
+    shape = ModelShape(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256, vocab=512, tied=True)
+    longest = next(t for t in range(10**6) if row_bytes(shape, t + 1, chunk, 4) > budget)  # the slow reference
+    assert tokens_per_row_within(shape, budget, chunk, dtype_bytes=4) == longest
