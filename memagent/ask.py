@@ -3,6 +3,8 @@
     python -m memagent.ask --model DIR --document FILE --question TEXT [--chunk-tokens 5000 --memory-tokens 1024]
     python -m memagent.ask --api-base URL --api-model NAME --tokenizer DIR --document FILE --question TEXT
 
+(`memagent-ask` once the package is installed.)
+
 The document can have any length: it is read chunk by chunk, the memory is rewritten after each chunk (shown as
 it goes, unless --quiet), and the answer comes from the final memory alone. FILE is a text file, or a JSON / JSONL
 file of several documents (strings, or objects with a "text" / "content" / "context" / "document" field and an
@@ -17,6 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
+from memagent.cli import run_cli
 from memagent.evaluation.model_choice import add_model_args, build_evaluated_model
 from memagent.records import ChatRequest, Completion
 from memagent.rollout.chunking import num_chunks, tokenize_document
@@ -118,7 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    from memagent.cli import run_cli
-
+def cli() -> None:
+    """`memagent-ask` and `python -m memagent.ask`: main() with one-line user errors."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

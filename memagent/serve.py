@@ -1,6 +1,6 @@
 """Serve a local model through our own engine (LocalLLM) behind an OpenAI-compatible chat API.
 
-    python -m memagent.serve --model DIR [--host 127.0.0.1 --port 8000 --api-key KEY]
+    python -m memagent.serve --model DIR [--host 127.0.0.1 --port 8000 --api-key KEY]   (installed: memagent-serve)
 
 Endpoints: POST /v1/chat/completions (messages, max_tokens, temperature, top_p, seed; n must be 1, no streaming)
 and GET /v1/models. It binds to loopback by default. With --api-key (or MEMAGENT_API_KEY) every request needs
@@ -21,6 +21,7 @@ import sys
 import threading
 from pathlib import Path
 
+from memagent.cli import run_cli
 from memagent.server import LOOPBACK, BatchingEngine, ChatServer, completion_body, parse_chat_body
 
 API_KEY_ENV = "MEMAGENT_API_KEY"
@@ -88,7 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    from memagent.cli import run_cli
-
+def cli() -> None:
+    """`memagent-serve` and `python -m memagent.serve`: main() with one-line user errors."""
     run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

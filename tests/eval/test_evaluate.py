@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import socket
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def evaluate():
-    """evaluate.py imported as a module (it is a script at the repo root, not part of the package)."""
-    spec = importlib.util.spec_from_file_location("evaluate_script", ROOT / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the script runs
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules[spec.name]
+    """The evaluation script, memagent/evaluate.py (evaluate.py at the repo root runs its cli())."""
+    from memagent import evaluate as module
+
+    return module
 
 
 def _argv(model_dir: Path, out: Path, *extra: str) -> list[str]:

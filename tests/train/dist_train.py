@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-import train
+from memagent import train
 from memagent.rl import rewards
 
 # The tiny preset's recipe, shrunk: a few compact-pretraining and SFT updates, one RL step at lr 1e-30.

@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import train
+from memagent import train
 from memagent.config import load_config, make_config
 from memagent.model.lora import lora_modules
 from memagent.rl import rewards

@@ -71,7 +71,7 @@ def _gib(text: str, phase: str) -> float:
 
 
 def test_dry_run_prints_per_gpu_memory_of_the_paper_preset_without_building_anything(tmp_path, capsys):
-    import train
+    from memagent import train
 
     out = tmp_path / "out"
     base = ["--preset", "qwen2.5-7b", "--output-dir", str(out), "--dry-run", "--deepspeed",
@@ -90,7 +90,7 @@ def test_dry_run_prints_per_gpu_memory_of_the_paper_preset_without_building_anyt
 
 
 def test_dry_run_of_an_unknown_hub_id_names_the_field(tmp_path):
-    import train
+    from memagent import train
 
     with pytest.raises(FileNotFoundError, match="model.path='org/unknown'"):
         train.main(["--preset", "qwen2.5-7b", "--model.path", "org/unknown", "--dry-run", "--output-dir", str(tmp_path)])

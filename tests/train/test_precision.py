@@ -127,7 +127,7 @@ def test_every_update_of_a_step_under_autocast_runs_at_the_weights_the_last_upda
     loss must equal the same update recomputed from a snapshot of the weights it started from, in a fresh context."""
     import copy
 
-    import train
+    from memagent import train
     from memagent.rl import rewards, step
 
     monkeypatch.setitem(rewards.VERIFIERS, "strict", lambda response, golds: float(len(response) % 2))
@@ -154,7 +154,7 @@ def test_every_update_of_a_step_under_autocast_runs_at_the_weights_the_last_upda
 
 
 def test_warm_start_steps_its_optimizer_outside_autocast(tmp_path, monkeypatch):
-    import train
+    from memagent import train
     from memagent.demo.stage import DemoStage
 
     enabled = []

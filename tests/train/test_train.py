@@ -14,7 +14,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import train
+from memagent import train
 from memagent.config import load_config
 from memagent.rl import rewards
 

@@ -1,0 +1,243 @@
+"""Evaluate MemAgent (and the full-context baseline) on long-context tasks: accuracy by task and length.
+
+    python evaluate.py --model DIR --data FILE [FILE ...] --output-dir runs/eval
+    python evaluate.py --model DIR --task niah_single_1 --lengths 1024 2048 4096 --num-samples 8 --baseline both
+    python evaluate.py --api-base URL --api-model NAME --tokenizer DIR --task kv_retrieval --lengths 2048
+
+Settings follow MemAgent's offline evaluation (docs/workflow.md): chunk 5000 / memory 1024 / answer 1024 tokens,
+no cap on the number of chunks, temperature 0.7 and top_p 0.95 (`--greedy` for temperature 0). Scoring is lenient
+(memagent.evaluation.scoring): string_match_all for RULER families, sub-exact-match (+ EM, F1) for QA-like tasks.
+`--baseline full-context` answers from the whole document in one prompt, middle-truncated to the model's window;
+`--baseline both` runs both methods on the same samples.
+
+Outputs in --output-dir: traces.jsonl (one line per sample and method: question, memory after every chunk, answer,
+gold, score), results.json (the table), and with --plot a PNG of score and time versus length. A run that is killed
+resumes where it stopped: finished samples are read back from traces.jsonl and skipped, a cut-off last line is
+dropped. Sampling is seeded once per run, so a resumed run draws different (equally valid) samples than an
+uninterrupted one would; with --greedy both agree.
+
+Installed (`pip install .`), the command is `memagent-evaluate`; `python evaluate.py` in a checkout runs `cli()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from memagent.cli import run_cli
+from memagent.data import make_task, read_samples
+from memagent.evaluation.baseline import full_context_prompt
+from memagent.evaluation.model_choice import EvaluatedModel, add_model_args, build_evaluated_model
+from memagent.evaluation.plot import plot_results
+from memagent.evaluation.scoring import score_answer
+from memagent.evaluation.tables import aggregate, format_table, results_json
+from memagent.evaluation.traces import TraceFile, TraceKey
+from memagent.progress import progress_bar
+from memagent.records import Sample
+from memagent.rollout.chunking import num_chunks, tokenize_document
+from memagent.rollout.prompts import WorkflowConfig
+from memagent.rollout.workflow import run_memagent
+
+MEMAGENT, FULL_CONTEXT = "memagent", "full-context"
+METHODS = {"none": [MEMAGENT], "full-context": [FULL_CONTEXT], "both": [MEMAGENT, FULL_CONTEXT]}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
+    data = p.add_argument_group("data: files, or generated tasks")
+    data.add_argument("--data", nargs="+", default=[], help="MemAgent / RULER JSON or JSONL files")
+    data.add_argument("--task", nargs="+", default=[], help="task names to generate (memagent.data.TASKS)")
+    data.add_argument("--lengths", nargs="+", type=int, default=[], help="document tokens per generated task set")
+    data.add_argument("--num-samples", type=int, default=8, help="samples per generated (task, length)")
+    data.add_argument("--data-seed", type=int, default=0, help="seed of the task generator")
+    data.add_argument("--limit", type=int, default=None, help="use only the first N samples of each set")
+    wf = p.add_argument_group("workflow budgets (paper defaults)")
+    wf.add_argument("--chunk-tokens", type=int, default=5000)
+    wf.add_argument("--memory-tokens", type=int, default=1024)
+    wf.add_argument("--answer-tokens", type=int, default=1024)
+    wf.add_argument("--section-first", action="store_true",
+                    help="section before memory in the update prompt (a model trained with workflow.section_first)")
+    run = p.add_argument_group("run")
+    run.add_argument("--baseline", choices=list(METHODS), default="none",
+                     help="none = MemAgent only; full-context = baseline only; both")
+    run.add_argument("--window", type=int, default=None,
+                     help="baseline context window in tokens (default: config max_position_embeddings)")
+    run.add_argument("--batch-size", type=int, default=16, help="samples generated together (and resume step)")
+    run.add_argument("--output-dir", default="runs/eval", help="traces.jsonl, results.json, plot")
+    run.add_argument("--plot", action="store_true", help="also plot score and time vs length (needs matplotlib)")
+    add_model_args(p)
+    args = p.parse_args(argv)
+    if bool(args.data) == bool(args.task):
+        p.error("pass either --data FILE [FILE ...] or --task NAME [NAME ...] --lengths N [N ...]")
+    if args.task and not args.lengths:
+        p.error("--task needs --lengths")
+    return args
+
+
+# ---------------------------------------------------------------- data
+
+
+@dataclass
+class EvalSet:
+    """Samples of one task at one length; `source` and `length` are part of every trace key."""
+
+    source: str
+    length: int
+    samples: list[Sample]
+
+
+def load_sets(args: argparse.Namespace, evaluated: EvaluatedModel) -> list[EvalSet]:
+    sets = []
+    for name in args.task:
+        for length in args.lengths:
+            samples = make_task(name, evaluated.tokenizer, length, args.num_samples, args.data_seed)
+            sets.append(EvalSet(name, length, samples))
+    for path in args.data:
+        samples = read_samples(path)
+        if not samples:
+            raise SystemExit(f"--data {path}: no samples")
+        # A file in MemAgent's format has one length bucket; when it does not record it, measure the mean.
+        length = samples[0].length or round(
+            sum(len(tokenize_document(s.context, evaluated.tokenizer)) for s in samples) / len(samples))
+        sets.append(EvalSet(Path(path).stem, length, samples))
+    for es in sets:
+        es.samples = es.samples[: args.limit]
+        if len({s.index for s in es.samples}) != len(es.samples):
+            raise SystemExit(f"{es.source}: sample indices repeat; traces are keyed by index")
+    if len({(es.source, es.length) for es in sets}) != len(sets):
+        raise SystemExit("two data sets share a name and length (same file stem twice?); rename one")
+    return sets
+
+
+# ---------------------------------------------------------------- methods
+
+
+def record(es: EvalSet, sample: Sample, method: str, *, answer: str, error: str | None, wall_s: float,
+           memories: list[str] | None, memory_cut: list[bool] | None, doc_tokens: int, chunk_tokens: int,
+           kept_tokens: int | None = None) -> dict[str, Any]:
+    """One trace line: everything needed to rescore or inspect the sample later."""
+    task = sample.task or es.source
+    score = score_answer(task, answer, sample.answers, failed=error is not None)
+    return {
+        "source": es.source, "length": es.length, "index": sample.index, "method": method, "task": task,
+        "question": sample.question, "golds": sample.answers, "memories": memories, "memory_cut": memory_cut,
+        "answer": answer, "extracted": score.extracted, "metric": score.metric, "score": score.score,
+        "em": score.em, "f1": score.f1, "doc_tokens": doc_tokens, "num_chunks": num_chunks(doc_tokens, chunk_tokens),
+        "kept_tokens": kept_tokens, "error": error, "wall_s": wall_s,
+    }
+
+
+def run_memagent_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig) -> list[dict]:
+    start = time.perf_counter()
+    # A batch of long documents takes one round per chunk: a second bar over its conversations shows progress
+    # within the batch, where the outer bar only moves when the whole batch is done.
+    trajectories = run_memagent(batch, evaluated.llm, config, keep_prompt_ids=False, show_progress=True)
+    wall = (time.perf_counter() - start) / len(batch)
+    return [
+        record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=wall,
+               memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
+               doc_tokens=t.document_tokens)
+        for sample, t in zip(batch, trajectories)
+    ]
+
+
+def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig,
+                       window: int) -> list[dict]:
+    start = time.perf_counter()
+    prompts = [full_context_prompt(s, evaluated.tokenizer, window=window, answer_tokens=config.answer_tokens,
+                                   question_tokens=config.question_tokens) for s in batch]
+    completions = evaluated.llm.complete([p.request for p in prompts])
+    wall = (time.perf_counter() - start) / len(batch)
+    return [
+        record(es, sample, FULL_CONTEXT, answer=c.text, error=c.error, wall_s=wall, memories=None,
+               memory_cut=None, doc_tokens=p.document_tokens, chunk_tokens=config.chunk_tokens,
+               kept_tokens=p.kept_tokens)
+        for sample, p, c in zip(batch, prompts, completions)
+    ]
+
+
+# ---------------------------------------------------------------- resume guard
+
+
+def check_run_config(out: Path, current: dict[str, Any]) -> None:
+    """Refuse to mix traces made with different settings into one table (resume needs the same run)."""
+    path = out / "run_config.json"
+    if path.exists():
+        before = json.loads(path.read_text())
+        changed = {k: (before.get(k), v) for k, v in current.items() if before.get(k) != v}
+        if changed:
+            raise SystemExit(f"{out} holds traces of a run with other settings {changed} (old, new); "
+                             "use another --output-dir or delete it")
+    else:
+        path.write_text(json.dumps(current, indent=2))
+
+
+# ---------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    evaluated = build_evaluated_model(args)
+    config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
+                          answer_tokens=args.answer_tokens, max_chunks=None,  # evaluation: no truncation
+                          section_first=args.section_first)
+    methods = METHODS[args.baseline]
+    window = args.window or evaluated.window
+    if FULL_CONTEXT in methods and window is None:
+        raise SystemExit("--baseline full-context needs --window (the model config has no max_position_embeddings)")
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run_config = {"model": evaluated.name, "temperature": evaluated.temperature, "top_p": evaluated.top_p,
+                  "seed": args.seed, "data_seed": args.data_seed, "window": window, **asdict(config)}
+    check_run_config(out, run_config)
+    traces = TraceFile(out / "traces.jsonl")
+    if traces.dropped_partial_line:
+        print("traces.jsonl ended in a cut-off line (killed run): dropped it", file=sys.stderr)
+
+    sets = load_sets(args, evaluated)
+    wanted: list[TraceKey] = [(es.source, es.length, s.index, m) for es in sets for s in es.samples for m in methods]
+    todo = sum(key not in traces.done for key in wanted)
+    print(f"{len(wanted)} (sample, method) pairs, {len(wanted) - todo} already done in {traces.path}", flush=True)
+    bar = progress_bar(todo, "evaluate")
+    for es in sets:
+        for method in methods:
+            pending = [s for s in es.samples if (es.source, es.length, s.index, method) not in traces.done]
+            for i in range(0, len(pending), args.batch_size):
+                batch = pending[i : i + args.batch_size]
+                if method == MEMAGENT:
+                    records = run_memagent_batch(es, batch, evaluated, config)
+                else:
+                    records = run_baseline_batch(es, batch, evaluated, config, window)
+                for r in records:
+                    traces.append(r)  # fsync'ed per sample: a kill loses at most the batch in flight
+                bar.update(len(batch))
+    bar.close()
+
+    rows = aggregate(traces.done[key] for key in wanted)
+    print(format_table(rows))
+    failed = sum(r.failed for r in rows)
+    if failed:
+        print(f"{failed} sample(s) failed at the evaluated: scored 0 and kept in n", file=sys.stderr)
+    (out / "results.json").write_text(json.dumps(results_json(rows, run_config), indent=2))
+    print(f"wrote {out / 'results.json'} and {traces.path}")
+    if args.plot:
+        try:
+            print(f"wrote {plot_results(rows, out / 'score_vs_length.png')}")
+        except RuntimeError as e:
+            print(f"no plot: {e}", file=sys.stderr)
+    return 0
+
+
+def cli() -> None:
+    """`memagent-evaluate` and `python evaluate.py`: main() with one-line user errors, and on Ctrl-C where to resume."""
+    run_cli(main, on_interrupt=lambda argv: f"finished samples are kept in {parse_args(argv).output_dir}"
+            "/traces.jsonl; rerun the same command to resume")
+
+
+if __name__ == "__main__":
+    cli()
