@@ -19,8 +19,11 @@ Engines, each adding one feature (memagent.rollout.generate flags):
 Per round and engine: prefill = one call with max_new_tokens = 1; decode = a full call minus that prefill. With
 EOS on, the engines sample different tokens, so decode is also reported per new token. `--clock cpu` (the
 process's CPU time, one thread) is the figure to use on a machine shared with other jobs. Models: "tiny" (the
-demo's tiny Qwen2, built into runs/bench/tiny if missing) and "smollm2" (models/smollm2-135m-instruct, from
-`make smollm2`; skipped with a message when absent).
+demo's tiny Qwen2, built into runs/bench/tiny if missing), "smollm2" (models/smollm2-135m-instruct, from
+`make smollm2`; skipped with a message when absent) and "qwen2-0.5b" (a random Qwen2 with Qwen2.5-0.5B's decoder and
+the tiny tokenizer, built into runs/bench/qwen2-0.5b-shape: the GPU check's model). `--section-first` renders the
+update prompts section-first (workflow.section_first) for every engine alike: a group's prompts then share the
+chunk too, which the "prefix" engine prefills once per group.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ engine = importlib.import_module("memagent.rollout.generate")
 prefill = importlib.import_module("memagent.rollout.prefill")
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
 TINY = ROOT / "runs" / "bench" / "tiny"
+QWEN_0_5B = ROOT / "runs" / "bench" / "qwen2-0.5b-shape"
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 ENGINE_FLAGS = {
     "off": {"share_prefill": False, "min_shared_prefix": 0, "preallocate_kv": False},
@@ -69,7 +73,9 @@ class RoundTiming:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"], choices=["tiny", "smollm2"])
+    parser.add_argument("--models", nargs="+", default=["tiny", "smollm2"], choices=["tiny", "smollm2", "qwen2-0.5b"])
+    parser.add_argument("--section-first", action="store_true",
+                        help="the section-first update prompt (workflow.section_first), for every engine alike")
     parser.add_argument("--questions", type=int, default=2, help="Q questions")
     parser.add_argument("--group", type=int, default=4, help="G trajectories per question")
     parser.add_argument("--chunks", type=int, default=2, help="K memory-update rounds (document = K chunks)")
@@ -85,6 +91,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def model_dir(name: str) -> Path | None:
     if name == "smollm2":
         return SMOLLM2 if (SMOLLM2 / "config.json").is_file() else None
+    if name == "qwen2-0.5b":  # Qwen2.5-0.5B's decoder (0.36B parameters) with the tiny tokenizer's 512 tokens
+        if not (QWEN_0_5B / "config.json").is_file():
+            build_tiny_model(QWEN_0_5B, hidden_size=896, num_layers=24, num_heads=14, num_kv_heads=2,
+                             intermediate_size=4864, vocab_size=512, max_position_embeddings=32768)
+        return QWEN_0_5B
     if not (TINY / "config.json").is_file():
         build_tiny_model(TINY, hidden_size=96, num_layers=3, intermediate_size=384, vocab_size=512)
     return TINY
@@ -153,7 +164,8 @@ def run_model(name: str, args: argparse.Namespace) -> None:
                                        return_dict=False)
 
     gen = torch.Generator(args.device).manual_seed(0)
-    print(f"\n{name} ({args.dtype}, {args.device}, clock {args.clock}): Q={args.questions} G={args.group} "
+    print(f"\n{name} ({args.dtype}, {args.device}, clock {args.clock}, "
+          f"{'section-first' if args.section_first else 'MemAgent order'}): Q={args.questions} G={args.group} "
           f"K={args.chunks} chunk={args.chunk_tokens} memory={args.memory_tokens} answer={args.answer_tokens}")
     print(f"{'round':<8} {'rows':>4} {'prompt':>6} | " + " | ".join(f"{e + ' prefill':>14} {'decode':>7} {'new':>5}"
                                                              for e in ENGINES) + f" | {'off/on':>6} {'HF/on':>6}")
@@ -166,7 +178,8 @@ def run_model(name: str, args: argparse.Namespace) -> None:
         for k in range(args.chunks + 1):
             last = k == args.chunks
             texts = [render_final_answer(s.question, memories[q * args.group + g]) if last else
-                     render_memory_update(s.question, memories[q * args.group + g], chunks[q][min(k, len(chunks[q]) - 1)])
+                     render_memory_update(s.question, memories[q * args.group + g], chunks[q][min(k, len(chunks[q]) - 1)],
+                                          section_first=args.section_first)
                      for q, s in enumerate(samples) for g in range(args.group)]
             prompts = [render(t) for t in texts]
             budget = args.answer_tokens if last else args.memory_tokens
