@@ -26,12 +26,18 @@ agree on at least `min_shared_prefix` leading tokens prefill that prefix once (l
 up to the memory). The expanded cache is as large as an unshared one; what drops is prefill compute and its peak
 activations. Sampling is untouched: every row still draws its own tokens.
 
+Cancellation (`cancelled`: the server's requests past their timeout). The caller may hand one threading.Event per
+row; the loop reads the set ones on the host once per step, stops those rows as if they had reached their limit and
+drops them from the batch and the cache at once, so the other rows go on as they would have without them.
+
 Not done, on purpose: torch.compile / CUDA graphs for decode (no GPU measurement yet), and trimming left padding
 once the longest prompts finish.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -89,6 +95,13 @@ def _check_inputs(
     return limits, eos
 
 
+def _newly_cancelled(cancelled: Sequence[threading.Event], watched: set[int]) -> list[int]:
+    """The watched rows whose event is set; they leave `watched`, so each is cut once."""
+    rows = [i for i in watched if cancelled[i].is_set()]
+    watched.difference_update(rows)
+    return rows
+
+
 def _decode_mask(model: torch.nn.Module, mask: Tensor) -> Tensor:
     """The attention mask to hand the model at decode steps, for all steps at once (sliced on its last dim).
 
@@ -131,6 +144,7 @@ def _decode(
     share_prefill: bool,
     min_shared_prefix: int,
     preallocate_kv: bool,
+    cancelled: Sequence[threading.Event] | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run prefill (memagent.rollout.prefill) and the decode loop; every limit must be >= 1.
 
@@ -172,6 +186,7 @@ def _decode(
     rows = torch.arange(batch, device=device)  # [b] input index of each resident row
     alive = torch.ones(batch, dtype=torch.bool, device=device)  # [b] resident rows still generating
     host_limits = set(limits)  # tells, without reading the device, at which steps some row may hit its limit
+    watched = set(range(batch)) if cancelled is not None else set()  # rows whose cancel event is still unseen
     running, resident = batch, batch
 
     for step in range(steps):
@@ -191,6 +206,10 @@ def _decode(
             done = row_limits == step + 1
         else:
             done = hit_eos | (row_limits == step + 1) if at_limit else hit_eos
+        cut = _newly_cancelled(cancelled, watched) if watched else []
+        if cut:  # these rows end with this step's token, as at their limit
+            cancel = torch.isin(rows, torch.tensor(cut, device=device))
+            done = cancel if done is None else done | cancel
         if done is not None:
             done = done & alive
             stopping = int(done.sum())  # the step's one device-to-host sync
@@ -203,7 +222,7 @@ def _decode(
                 running -= stopping
                 if running == 0:
                     break
-                if resident - running >= resident * COMPACT_FRACTION:
+                if cut or resident - running >= resident * COMPACT_FRACTION:  # cancelled rows leave at once
                     keep = alive.nonzero().squeeze(-1)
                     rows, row_limits, ids, positions, mask, alive = (
                         t[keep] for t in (rows, row_limits, ids, positions, mask, alive)
@@ -236,6 +255,7 @@ def generate(
     share_prefill: bool = True,
     min_shared_prefix: int = 32,
     preallocate_kv: bool = True,
+    cancelled: Sequence[threading.Event] | None = None,
 ) -> GenerateOutput:
     """Sample continuations of token-id prompts with a Hugging Face causal LM and a DynamicCache.
 
@@ -250,7 +270,9 @@ def generate(
     with share_prefill, prompts agreeing on at least this many leading tokens prefill them once (0 = only identical
     prompts are shared; memagent.rollout.prefill). preallocate_kv:
     write the KV cache in place in a buffer of the final size (memagent.rollout.kv_cache) instead of transformers'
-    concatenating DynamicCache; the same numbers, less copying per decode step.
+    concatenating DynamicCache; the same numbers, less copying per decode step. cancelled: one event per prompt, or
+    None; a row whose event is set stops at the next decode step with the tokens it has (finished False unless the
+    last is an EOS) and leaves the batch, and a row whose event is set before the call never enters it.
     The model runs on the device of its parameters; its train/eval mode is left as the caller set it.
     """
     if vocab_size is not None and vocab_size < 1:
@@ -260,14 +282,18 @@ def generate(
     if not prompts:
         return GenerateOutput(tokens=[], logprobs=[], finished=[])
     limits, eos = _check_inputs(prompts, max_new_tokens, eos_token_id)
+    if cancelled is not None and len(cancelled) != len(prompts):
+        raise ValueError(f"generate: cancelled has {len(cancelled)} events for {len(prompts)} prompts; one per prompt")
     tokens: list[list[int]] = [[] for _ in prompts]
     logprobs = [torch.zeros(0, dtype=torch.float32) for _ in prompts]
     finished = [False] * len(prompts)
-    active = [i for i, n in enumerate(limits) if n > 0]  # rows with nothing to generate never enter the batch
+    # Rows with nothing to generate, or already cancelled, never enter the batch.
+    active = [i for i, n in enumerate(limits) if n > 0 and not (cancelled is not None and cancelled[i].is_set())]
     if active:
         out_tokens, out_logprobs, lengths, out_finished = _decode(
             model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id,
             vocab_size, prefill_chunk_tokens, share_prefill, min_shared_prefix, preallocate_kv,
+            None if cancelled is None else [cancelled[i] for i in active],
         )
         # Own copies, so that a row's log-probs do not keep the whole [B, S] buffer alive.
         for row, (i, n) in enumerate(zip(active, lengths.tolist())):

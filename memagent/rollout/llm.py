@@ -8,6 +8,8 @@ in the policy's own tokens (docs/workflow.md), whichever process runs the model.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from typing import Protocol
 
 import torch
@@ -105,7 +107,10 @@ class LocalLLM:
             list(request.messages), add_generation_prompt=True, tokenize=True, return_dict=False
         )
 
-    def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+    def complete(self, requests: list[ChatRequest],
+                 cancelled: Sequence[threading.Event] | None = None) -> list[Completion]:
+        """One completion per request, in request order. cancelled: one event per request (the server's timeouts);
+        a request whose event is set stops generating at the next decode step and gets what it has so far."""
         if not requests:
             return []
         prompts = [self.render(r) for r in requests]
@@ -126,6 +131,7 @@ class LocalLLM:
                 vocab_size=len(self.tokenizer),  # never an embedding-padding id (Qwen2.5: 152064 rows, 151665 tokens)
                 prefill_chunk_tokens=self.prefill_chunk_tokens,
                 share_prefill=self.share_prefill,
+                cancelled=None if cancelled is None else cancelled[start : start + rows],
             )
             sampled += out.tokens
             sampled_logprobs += out.logprobs

@@ -4,12 +4,15 @@ Each HTTP request runs on its own thread and parks in a queue; the worker takes 
 `max_batch`), groups it by sampling settings and seed, and answers each group with ONE `LocalLLM.complete` call.
 Requests are validated before they get here (memagent.server.requests); if a group still fails, it is retried one
 request at a time, so only the request that fails on its own gets an error and the others get their completions.
+A request past the timeout gets its 504 at once and its rows stop at the next decode step of the batch it is in
+(`generate`'s `cancelled` events); the other rows of that batch go on as if it had not been there.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -24,21 +27,22 @@ class RequestTimeout(Exception):
     """The request did not finish within the engine's per-request timeout."""
 
 
-def complete_isolated(llm: LocalLLM, requests: list[ChatRequest]) -> list[Completion | Exception]:
+def complete_isolated(llm: LocalLLM, requests: list[ChatRequest],
+                      cancelled: Sequence[threading.Event] | None = None) -> list[Completion | Exception]:
     """One completion per request from one batched call; if the batch raises, each request alone.
 
     Returns the exception in the place of a request that fails by itself; under greedy sampling the others are
-    exactly what the batch would have given them.
+    exactly what the batch would have given them. cancelled: one event per request; a set one stops its request.
     """
     try:
-        return list(llm.complete(requests))
+        return list(llm.complete(requests, cancelled))
     except Exception:  # noqa: BLE001 (any failure: fall back to isolating the request that causes it)
         if len(requests) == 1:
             raise
     results: list[Completion | Exception] = []
-    for request in requests:
+    for i, request in enumerate(requests):
         try:
-            results.append(llm.complete([request])[0])
+            results.append(llm.complete([request], None if cancelled is None else [cancelled[i]])[0])
         except Exception as e:  # noqa: BLE001 (reported to that one client as a 500)
             results.append(e)
     return results
@@ -54,8 +58,8 @@ class _Pending:
     done: threading.Event = field(default_factory=threading.Event)
     completion: Completion | None = None
     error: str | None = None
-    abandoned: bool = False
-    """Set when the client's wait timed out: the worker skips it if it has not started yet."""
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    """Set when the client's wait timed out: the worker skips the request, or its rows stop at the next decode step."""
 
 
 class BatchingEngine:
@@ -77,6 +81,11 @@ class BatchingEngine:
         self._worker.start()
 
     @property
+    def queued(self) -> int:
+        """Requests waiting for the worker (for tests and logs)."""
+        return self._queue.qsize()
+
+    @property
     def window(self) -> int | None:
         """The model's context window in tokens (config max_position_embeddings), None when unknown."""
         return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
@@ -87,10 +96,11 @@ class BatchingEngine:
         Raises RequestTimeout after `timeout_s`, RuntimeError if generating this request failed.
         """
         pending = _Pending(request, params, seed)
+        timeout_s = self.timeout_s  # the limit in force when the request joins the queue
         self._queue.put(pending)
-        if not pending.done.wait(self.timeout_s):
-            pending.abandoned = True
-            raise RequestTimeout(f"the request did not finish within {self.timeout_s:g} s")
+        if not pending.done.wait(timeout_s):
+            pending.cancelled.set()
+            raise RequestTimeout(f"the request did not finish within {timeout_s:g} s")
         if pending.error is not None:
             raise RuntimeError(pending.error)
         assert pending.completion is not None
@@ -118,7 +128,7 @@ class BatchingEngine:
                 batch.append(item)
             groups: dict[tuple[SamplingParams, int | None], list[_Pending]] = {}
             for item in batch:
-                if not item.abandoned:
+                if not item.cancelled.is_set():
                     groups.setdefault((item.params, item.seed), []).append(item)
             for (params, seed), group in groups.items():
                 self._complete_group(params, seed, group)
@@ -128,7 +138,7 @@ class BatchingEngine:
         llm = LocalLLM(self.model, self.tokenizer, params=params, generator=generator)
         self.batches.append(len(group))
         try:
-            results = complete_isolated(llm, [item.request for item in group])
+            results = complete_isolated(llm, [item.request for item in group], [item.cancelled for item in group])
         # The worker must outlive anything: report the error to the waiting client instead of leaving it blocked.
         except Exception as e:  # noqa: BLE001
             results = [e]

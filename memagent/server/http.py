@@ -2,8 +2,9 @@
 
 Status codes: 400 for a body the client got wrong (the error names the field) or a Content-Length that is not one
 non-negative integer, 401 without the API key, 404 for an unknown route, 411 for a chunked body, 413 for a body over
-`max_body_bytes`, 503 while shutting down, 504 past the per-request timeout, 500 for our own faults (the server keeps
-serving). Error bodies are OpenAI's {"error": {"message", "type", "param", "code"}}.
+`max_body_bytes`, 503 while shutting down, 504 past the per-request timeout (its rows leave the batch at the next
+decode step), 500 for our own faults (the server keeps serving). Error bodies are OpenAI's {"error": {"message",
+"type", "param", "code"}}.
 """
 
 from __future__ import annotations

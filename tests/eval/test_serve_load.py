@@ -173,6 +173,61 @@ def test_request_past_the_timeout_gets_504_and_the_server_keeps_serving(tiny_mod
         srv.close()
 
 
+def test_request_past_the_timeout_leaves_the_batch_and_its_batchmate_gets_its_solo_answer(tiny_model, tiny_tokenizer):
+    engine = BatchingEngine(tiny_model, tiny_tokenizer)
+    srv = ChatServer(engine, port=0)
+    srv.start_in_thread()
+    forwards: list[tuple[int, int]] = []  # (rows, positions) of every forward: decode forwards have 1 position
+    pause_at = 4  # the decode forward of the shared batch that waits until the timed-out client has its 504
+    blocker_running, release_blocker, timed_out = threading.Event(), threading.Event(), threading.Event()
+
+    def pace(_module, _args, kwargs):
+        forwards.append(tuple(kwargs["input_ids"].shape))
+        if len(forwards) == 1:  # the blocker's one forward holds the worker until both requests are queued
+            blocker_running.set()
+            release_blocker.wait(60)
+        elif forwards[1:].count((2, 1)) == pause_at and forwards[-1] == (2, 1):
+            timed_out.wait(60)
+
+    handle = tiny_model.register_forward_pre_hook(pace, with_kwargs=True)
+    replies: dict[str, tuple[int, dict]] = {}
+
+    def client(name: str, text: str, max_tokens: int, then: threading.Event | None = None) -> threading.Thread:
+        def run() -> None:
+            replies[name] = send(srv.url, chat(text, max_tokens), None)
+            if then is not None:
+                then.set()
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread
+
+    try:
+        threads = [client("blocker", "hold the worker", 1)]
+        blocker_running.wait(60)
+        engine.timeout_s = 2.0  # only the runaway request, queued under this limit, times out
+        threads.append(client("runaway", "a long answer please", 400, then=timed_out))
+        while engine.queued < 1:
+            threading.Event().wait(0.001)
+        engine.timeout_s = None
+        threads.append(client("batchmate", "a short answer", 16))
+        while engine.queued < 2:
+            threading.Event().wait(0.001)
+        release_blocker.set()
+        for thread in threads:
+            thread.join(120)
+    finally:
+        handle.remove()
+        srv.close()
+    assert replies["runaway"][0] == 504 and replies["batchmate"][0] == 200
+    shared = forwards[1:]
+    paused = [i for i, shape in enumerate(shared) if shape == (2, 1)][pause_at - 1]
+    # Before the fix the runaway row stayed: every later forward carried 2 rows until the batchmate finished.
+    assert shared[paused + 1:] and all(rows == 1 for rows, _ in shared[paused + 1:])
+    alone = LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY).complete(
+        [ChatRequest(user_message("a short answer"), max_new_tokens=16)])[0]
+    assert replies["batchmate"][1]["choices"][0]["message"]["content"] == alone.text
+
+
 @pytest.mark.slow  # a fresh interpreter importing torch
 def test_sigterm_stops_the_server_cleanly_and_the_key_comes_from_the_environment(tiny_model_dir):
     env = os.environ | {"MEMAGENT_API_KEY": KEY}
