@@ -108,6 +108,12 @@ def one_step(model: torch.nn.Module, tok, samples, workflow: WorkflowConfig, arg
         with autocast(device, amp):
             step.set_logprobs(model, minis, counts, "old_logprobs", **pack)
     out["old_logprobs_s"] = clock() - t
+    if reuse:  # the drift of the reused log-probs from a recomputation (untimed): |delta| and ratios off by > 20%
+        with autocast(device, amp):
+            recomputed = step.response_logprobs(model, rows, **pack)
+        delta = torch.cat([r.old_logprobs - lp for r, lp in zip(rows, recomputed)]).abs()
+        out["drift_max"], out["drift_mean"] = float(delta.max()), float(delta.mean())
+        out["drift_clipped"] = float((delta.exp() > 1.2).float().mean())
     opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
 
     def optimizer_step() -> tuple[float, bool]:
@@ -116,10 +122,11 @@ def one_step(model: torch.nn.Module, tok, samples, workflow: WorkflowConfig, arg
         return 0.0, False
 
     t = clock()
-    step.update_policy(model, minis, counts, **LOSS, **pack, world_size=1, all_reduce_sum=lambda x: x.clone(),
-                       backward=lambda loss, last: loss.backward(), optimizer_step=optimizer_step,
-                       forward_context=lambda: autocast(device, amp))
+    [update] = step.update_policy(model, minis, counts, **LOSS, **pack, world_size=1,
+                                  all_reduce_sum=lambda x: x.clone(), backward=lambda loss, last: loss.backward(),
+                                  optimizer_step=optimizer_step, forward_context=lambda: autocast(device, amp))
     out["update_s"] = clock() - t
+    out["clipfrac"], out["approx_kl"] = update["clipfrac"], update["approx_kl"]
     out["step_s"] = out["rollout_s"] + out["old_logprobs_s"] + out["update_s"]
     plan = step.prefix_micro_batches(rows, args.budget, shared_prefix=shared_prefix)
     out["forwarded"] = float(sum(prefix + sum(len(r.input_ids) - prefix for r in group) for group, prefix in plan))
@@ -139,8 +146,9 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
           f"memory {args.memory_tokens}, answer {args.answer_tokens}, budget {args.budget}, "
           f"{'bf16 autocast' if amp else 'float32'}, {torch.get_num_threads()} threads, clock {args.clock}",
           flush=True)
-    print("| setting | rollout s | old log-probs s | update s | step s | update tokens forwarded | step vs before |")
-    print("|---|---|---|---|---|---|---|")
+    print("| setting | rollout s | old log-probs s | update s | step s | update tokens forwarded | step vs before | "
+          "first update clipfrac | approx_kl |")
+    print("|---|---|---|---|---|---|---|---|---|")
     results = {}
     for label, shared_prefix, reuse, section_first in SETTINGS:
         workflow = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
@@ -151,7 +159,12 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
         results[label] = r
         speed = results["before"]["step_s"] / r["step_s"]
         print(f"| {label} | {r['rollout_s']:.2f} | {r['old_logprobs_s']:.2f} | {r['update_s']:.2f} | "
-              f"{r['step_s']:.2f} | {r['forwarded']:.0f} | {speed:.2f}x |", flush=True)
+              f"{r['step_s']:.2f} | {r['forwarded']:.0f} | {speed:.2f}x | {r['clipfrac']:.2e} | {r['approx_kl']:.2e} |",
+              flush=True)
+    drift = [(label, r) for label, r in results.items() if "drift_max" in r]
+    for label, r in drift:
+        print(f"{label}: reused vs recomputed old log-probs: max |delta| {r['drift_max']:.2e}, mean "
+              f"{r['drift_mean']:.2e}, tokens whose ratio would be off by more than 20% {r['drift_clipped']:.2%}")
     return results["before"]["step_s"] / results[SETTINGS[-1][0]]["step_s"]
 
 
