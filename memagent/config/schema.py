@@ -234,7 +234,7 @@ class RunConfig:
     progress: bool = True
     """Show progress bars for rollout and update phases on rank 0."""
     collective_timeout_s: float = 1800.0
-    """A rank waits this long in a collective for the others, then fails; above any rank's lone work (a checkpoint write)."""
+    """Seconds a collective waits for all ranks, then fails (a rank lost on another node); above any one rank's lone work."""
 
 
 @dataclass(frozen=True)

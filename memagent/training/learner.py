@@ -13,11 +13,14 @@ torch AdamW avoids building cpu_adam.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import datetime
 import json
 import math
 import os
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,9 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from memagent.config import OptimConfig
+
+DEEPSPEED_DIR, DEEPSPEED_TAG = "deepspeed", "state"
+"""A DeepSpeed checkpoint's folder inside ours, and the tag of its one save in there (OUT/.../deepspeed/state)."""
 
 
 def dist_env() -> tuple[int, int, int]:
@@ -46,11 +52,16 @@ def pick_device(name: str, local_rank: int) -> torch.device:
     return torch.device(name)
 
 
-def init_process_group(device: torch.device) -> None:
-    """Join the torchrun process group (NCCL on GPUs, gloo on CPU) when WORLD_SIZE > 1."""
+def init_process_group(device: torch.device, timeout_s: float) -> None:
+    """Join the torchrun process group (NCCL on GPUs, gloo on CPU) when WORLD_SIZE > 1.
+
+    timeout_s bounds every collective and the rendezvous: a rank whose peer died where no launcher sees it (another
+    node) fails after it with the backend's timeout error, instead of waiting for the backend's default (gloo 30 min).
+    """
     _, world, _ = dist_env()
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
+                                timeout=datetime.timedelta(seconds=timeout_s))
 
 
 def warmup_constant(warmup_steps: int) -> Any:
@@ -154,9 +165,59 @@ class Learner:
                        directory / "optimizer.pt")
 
     def load_optimizer(self, directory: Path) -> None:
+        """Optimizer and lr-schedule states of optimizer.pt; a DeepSpeed checkpoint (no optimizer.pt, a deepspeed/
+        folder) gives them through its universal form, with its fp32 master weights (load_deepspeed_state)."""
+        if not (directory / "optimizer.pt").is_file() and (directory / DEEPSPEED_DIR).is_dir():
+            load_deepspeed_state(directory / DEEPSPEED_DIR / DEEPSPEED_TAG, self.unwrapped, self.optimizer,
+                                 self.scheduler)
+            return
         state = torch.load(directory / "optimizer.pt", map_location=self.device, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+
+
+def load_deepspeed_state(folder: Path, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any) -> None:
+    """Restore a DeepSpeed checkpoint of any ZeRO stage and number of ranks into one process's model and AdamW.
+
+    DeepSpeed's universal-checkpoint converter (deepspeed.checkpoint.ds_to_universal, run here into a temporary
+    directory under TMPDIR that holds about three fp32 copies of the model) merges the ranks' partitions into one
+    folder per parameter: its fp32 master becomes the parameter (exact after a bf16 run too), exp_avg, exp_avg_sq and
+    the step its AdamW state. The lr schedule is DeepSpeed's copy of ours.
+    """
+    from deepspeed.checkpoint import ds_to_universal
+
+    with tempfile.TemporaryDirectory(prefix="memagent-universal-") as tmp:
+        # ZeRO-1/2 checkpoints lack the universal-format version tag that only Megatron-DeepSpeed writes: inject it.
+        ds_to_universal.main(argparse.Namespace(input_folder=str(folder), output_folder=tmp, num_extract_workers=1,
+                                                num_merge_workers=1, keep_temp_folder=False, strict=True,
+                                                inject_missing_state=True))
+        root = Path(tmp) / "zero"
+        common = torch.load(root / "optimizer_state.pt", map_location="cpu", weights_only=False)
+        flat_states = common.get("optimizer_state_dict", {}).get("state", {})  # ZeRO-3: the step per flat group
+        for name, param in model.named_parameters():
+            if not param.requires_grad:
+                continue
+            if not (root / name).is_dir():
+                raise ValueError(f"{folder}: the DeepSpeed checkpoint has no parameter {name} (another model?)")
+            files = {key: _universal_tensor(root / name / f"{key}.pt") for key in ("fp32", "exp_avg", "exp_avg_sq")}
+            if files["fp32"].numel() != param.numel():
+                raise ValueError(f"{folder}: {name} has {files['fp32'].numel()} elements, the model {param.numel()}")
+            step = _universal_tensor(root / name / "step.pt") if (root / name / "step.pt").is_file() else \
+                next(iter(flat_states.values()))["step"]
+            with torch.no_grad():
+                param.copy_(files["fp32"].view_as(param))
+            optimizer.state[param] = {"step": torch.tensor(float(step)),
+                                      **{k: files[k].view_as(param).to(param) for k in ("exp_avg", "exp_avg_sq")}}
+    model_states = torch.load(sorted(folder.glob("*model_states.pt"))[0], map_location="cpu", weights_only=False)
+    scheduler.load_state_dict(model_states["lr_scheduler"])
+    for group, lr in zip(optimizer.param_groups, scheduler.get_last_lr(), strict=True):
+        group["lr"] = lr
+
+
+def _universal_tensor(path: Path) -> Tensor:
+    """One file of a universal checkpoint: a tensor (ZeRO-3) or {"param": tensor, "cat_dim": ...} (ZeRO-1/2)."""
+    data = torch.load(path, map_location="cpu", weights_only=False)
+    return data["param"] if isinstance(data, dict) else data
 
 
 def skip_deepspeed_cpu_jit() -> None:
@@ -248,10 +309,10 @@ class DeepSpeedLearner(Learner):
 
     def save_optimizer(self, directory: Path) -> None:
         """Every rank writes its optimizer partition (DeepSpeed's own layout) under directory/deepspeed."""
-        self.engine.save_checkpoint(str(directory / "deepspeed"), tag="state")
+        self.engine.save_checkpoint(str(directory / DEEPSPEED_DIR), tag=DEEPSPEED_TAG)
 
     def load_optimizer(self, directory: Path) -> None:
-        self.engine.load_checkpoint(str(directory / "deepspeed"), tag="state", load_optimizer_states=True,
+        self.engine.load_checkpoint(str(directory / DEEPSPEED_DIR), tag=DEEPSPEED_TAG, load_optimizer_states=True,
                                     load_lr_scheduler_states=True)
 
 

@@ -147,7 +147,7 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
     out = check_output_dir(cfg.run.output_dir, cfg.run.resume)
     resume_from = resolve_resume(cfg.run.resume, out)
     device = pick_device(cfg.run.device, local_rank)
-    init_process_group(device)
+    init_process_group(device, cfg.run.collective_timeout_s)
     barrier = (lambda: torch.distributed.barrier()) if world > 1 else (lambda: None)
     seed_everything(cfg.run.seed)
     path = stage.model_path(rank, barrier) if stage is not None else cfg.model.path
