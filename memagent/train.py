@@ -194,13 +194,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return {}
     setup = set_up_training(cfg, pre_rl_stage(cfg))
     learner, out = setup.learner, cfg.run.output_dir
-    logger = MetricsLogger(out, rank=learner.rank)
     state = {"position": 0, "before": {}}
     if setup.resume_from is not None:
         state = load_checkpoint(learner, setup.resume_from, setup.generator)
         if learner.rank == 0:
             print(f"resumed from {setup.resume_from} (step {state['step']})", flush=True)
-    else:  # any warm start ran before the learner wrapped the model
+    # On resume, the records of steps after the checkpoint (logged before a stop cut their checkpoint) are dropped:
+    # those steps run again and log anew.
+    logger = MetricsLogger(out, rank=learner.rank, after_step=state.get("step") if setup.resume_from else None)
+    if setup.resume_from is None:
+        # any warm start ran before the learner wrapped the model
         state["before"] = evaluate(setup) if setup.heldout else {}
         logger.log(0, state["before"])
     stream = QuestionStream(len(setup.train), cfg.data.seed, state["position"])

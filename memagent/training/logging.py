@@ -25,13 +25,22 @@ CONSOLE = (
 class MetricsLogger:
     """Writes metrics.jsonl (and TensorBoard events when `tensorboard` is importable) on rank 0 only."""
 
-    def __init__(self, output_dir: str | Path, *, rank: int) -> None:
+    def __init__(self, output_dir: str | Path, *, rank: int, after_step: int | None = None) -> None:
+        """after_step: a resumed run's checkpoint step; records of later steps in metrics.jsonl are dropped first
+        (a stop after logging a step and before its checkpoint would otherwise leave that step logged twice)."""
         self.active = rank == 0
         self.dir = Path(output_dir)
         self.writer: Any = None
         if not self.active:
             return
-        self.jsonl = (self.dir / "metrics.jsonl").open("a")
+        path = self.dir / "metrics.jsonl"
+        if after_step is not None and path.is_file():
+            kept = [line for line in path.read_text().splitlines(keepends=True)
+                    if line.strip() and json.loads(line)["step"] <= after_step]
+            temporary = path.with_suffix(".jsonl.tmp")
+            temporary.write_text("".join(kept))
+            temporary.replace(path)  # atomic: a stop here leaves the old file or the new one, whole
+        self.jsonl = path.open("a")
         try:
             from torch.utils.tensorboard import SummaryWriter
 

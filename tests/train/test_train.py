@@ -82,6 +82,21 @@ def test_resume_after_interruption_reproduces_the_uninterrupted_metrics(
     assert full and resumed == full
 
 
+def test_a_step_logged_before_a_stop_cut_its_checkpoint_is_logged_once_after_resuming(
+        two_steps: Path, tmp_path: Path, model_dir: str) -> None:
+    import shutil
+
+    out = tmp_path / "cut"
+    shutil.copytree(two_steps, out)
+    shutil.rmtree(out / "checkpoints" / "step_000002")  # the stop came after step 2 was logged, before its save
+    (out / "results.json").unlink()
+    smoke(out, model_dir, "--resume")
+    steps = [r["step"] for r in records(out) if "rollout/reward" in r]
+    assert steps == [1, 2]
+    full = [without_timing(r) for r in records(two_steps)]
+    assert [without_timing(r) for r in records(out)] == full
+
+
 @pytest.mark.parametrize(("flags", "error", "words"), [
     (["--rollout.group-size", "1"], ValueError, "group_size=1"),
     (["--data.num-train", "0"], ValueError, "empty"),
