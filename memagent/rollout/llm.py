@@ -15,7 +15,7 @@ from typing import Protocol
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from memagent.model.shape import rows_per_call, shape_from_config
+from memagent.model.shape import ModelShape, rows_per_call, shape_from_config, tokens_per_row_within
 from memagent.records import ChatRequest, Completion
 from memagent.rollout.generate import PLAIN_SAMPLING, generate
 from memagent.rollout.sampling import SamplingParams
@@ -49,9 +49,10 @@ class LocalLLM:
     """A backend that renders chats with the tokenizer's chat template and samples with `generate`.
 
     Each request's messages go through `apply_chat_template(add_generation_prompt=True)`; the batch is one
-    `generate` call (or consecutive calls of at most `max_batch_rows` rows, to bound KV-cache memory at paper
-    scale, where one round can be 128 x 16 prompts of ~7K tokens) with each request's own max_new_tokens;
-    responses are decoded with special tokens skipped.
+    `generate` call (or consecutive calls of at most `max_batch_rows` rows, or as many as `kv_cache_budget_bytes`
+    holds, `call_slices`: at paper scale one round can be 128 x 16 prompts of ~7K tokens) with each request's own
+    max_new_tokens; responses are decoded with special tokens skipped. The budget bounds the cache's allocated
+    bytes: `generate` never holds more than the call's rows x (longest prompt + largest max_new_tokens) positions.
     The Completion keeps the token ids and behaviour log-probs, which the trainer needs.
     share_prefill (default True) prefills identical prompts of one call once, and common prefixes of 32+ tokens
     once (`generate`, memagent.rollout.prefill): the G first-round prompts of a MemAgent group are one prefill, and
@@ -89,17 +90,52 @@ class LocalLLM:
                 "LocalLLM: the tokenizer has no eos token and no <|im_end|>/<|endoftext|>: set an eos"
             )
 
+    def _budget_shape(self) -> tuple[ModelShape, int]:
+        """The model's shape and the bytes per element of its KV cache (bf16 under autocast)."""
+        weight = next(self.model.parameters())
+        dtype_bytes = 2 if torch.is_autocast_enabled(weight.device.type) else weight.element_size()
+        return shape_from_config(self.model.config.to_dict(), "LocalLLM model"), dtype_bytes
+
     def rows_per_call(self, prompts: list[list[int]], max_new_tokens: list[int]) -> int:
-        """Rows per generate call: what the KV-cache budget holds at the longest row (when a budget is set), capped
-        by max_batch_rows; all of them when neither is set."""
+        """Rows per generate call for rows as long as the longest prompt plus the largest max_new_tokens given: what
+        the KV-cache budget holds (when one is set), capped by max_batch_rows; all of them when neither is set."""
         if self.kv_cache_budget_bytes <= 0:
             return self.max_batch_rows or len(prompts)
-        shape = shape_from_config(self.model.config.to_dict(), "LocalLLM model")
+        shape, dtype_bytes = self._budget_shape()
         tokens = max(len(p) for p in prompts) + max(max_new_tokens)
-        weight = next(self.model.parameters())
-        dtype_bytes = 2 if torch.is_autocast_enabled(weight.device.type) else weight.element_size()  # the cache's dtype
         return rows_per_call(shape, self.kv_cache_budget_bytes, tokens, self.prefill_chunk_tokens,
                              cap=self.max_batch_rows, dtype_bytes=dtype_bytes)
+
+    def call_slices(self, prompts: list[list[int]], max_new_tokens: list[int]) -> list[tuple[int, int]]:
+        """[start, end) of each generate call, consecutive in request order (a group's requests stay together).
+
+        With a KV-cache budget each call takes as many requests as `rows_per_call` allows at the call's *own*
+        longest prompt and largest max_new_tokens, so one long request shrinks only the call it is in, not every
+        call of the batch (a server batch of 31 short requests and one of 8K tokens). Greedy: for this order, no
+        split has fewer calls. Without a budget: slices of max_batch_rows (all in one call when that is None).
+        """
+        if self.kv_cache_budget_bytes <= 0:
+            rows = self.max_batch_rows or len(prompts)
+            return [(start, min(start + rows, len(prompts))) for start in range(0, len(prompts), rows)]
+        shape, dtype_bytes = self._budget_shape()
+        slices, start, longest, most = [], 0, 0, 0  # the open call: its first request, longest prompt, largest limit
+        for i, (prompt, limit) in enumerate(zip(prompts, max_new_tokens)):
+            with_it = (max(longest, len(prompt)), max(most, limit))
+            rows = rows_per_call(shape, self.kv_cache_budget_bytes, sum(with_it), self.prefill_chunk_tokens,
+                                 cap=self.max_batch_rows, dtype_bytes=dtype_bytes)
+            if i > start and i + 1 - start > rows:  # request i does not fit the open call: it opens the next one
+                slices.append((start, i))
+                start, with_it = i, (len(prompt), limit)
+            longest, most = with_it
+        return slices + [(start, len(prompts))]
+
+    def max_row_tokens(self) -> int | None:
+        """The most tokens (prompt + max_new_tokens) one request may hold within the KV-cache budget even alone;
+        None without a budget."""
+        if self.kv_cache_budget_bytes <= 0:
+            return None
+        shape, dtype_bytes = self._budget_shape()
+        return tokens_per_row_within(shape, self.kv_cache_budget_bytes, self.prefill_chunk_tokens, dtype_bytes)
 
     def render(self, request: ChatRequest) -> list[int]:
         """Prompt token ids of one request: chat template applied, generation prompt added."""
@@ -115,15 +151,15 @@ class LocalLLM:
             return []
         prompts = [self.render(r) for r in requests]
         pad = self.tokenizer.pad_token_id
-        rows = self.rows_per_call(prompts, [r.max_new_tokens for r in requests])
+        limits = [r.max_new_tokens for r in requests]
         sampled: list[list[int]] = []
         sampled_logprobs: list[torch.Tensor] = []
         ended: list[bool] = []
-        for start in range(0, len(prompts), rows):
+        for start, end in self.call_slices(prompts, limits):
             out = generate(
                 self.model,
-                prompts[start : start + rows],
-                max_new_tokens=[r.max_new_tokens for r in requests[start : start + rows]],
+                prompts[start:end],
+                max_new_tokens=limits[start:end],
                 eos_token_id=self.eos_token_ids,
                 params=self.params,
                 generator=self.generator,
@@ -131,7 +167,7 @@ class LocalLLM:
                 vocab_size=len(self.tokenizer),  # never an embedding-padding id (Qwen2.5: 152064 rows, 151665 tokens)
                 prefill_chunk_tokens=self.prefill_chunk_tokens,
                 share_prefill=self.share_prefill,
-                cancelled=None if cancelled is None else cancelled[start : start + rows],
+                cancelled=None if cancelled is None else cancelled[start:end],
             )
             sampled += out.tokens
             sampled_logprobs += out.logprobs

@@ -7,7 +7,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from memagent.model.shape import (
     ModelShape,
@@ -16,7 +16,9 @@ from memagent.model.shape import (
     shape_from_config,
     tokens_per_row_within,
 )
+from memagent.records import ChatRequest
 from memagent.rollout import SamplingParams, generate
+from memagent.rollout.llm import LocalLLM
 from memagent.rollout.prefill import prefill_prompts
 
 GREEDY = SamplingParams(temperature=0.0)
@@ -91,3 +93,58 @@ def test_tokens_per_row_within_is_the_longest_row_the_budget_holds(chunk, budget
     shape = ModelShape(hidden=64, layers=2, heads=4, kv_heads=2, intermediate=256, vocab=512, tied=True)
     longest = next(t for t in range(10**6) if row_bytes(shape, t + 1, chunk, 4) > budget)  # the slow reference
     assert tokens_per_row_within(shape, budget, chunk, dtype_bytes=4) == longest
+
+
+def mixed_chats(max_new_tokens: list[int]) -> list[ChatRequest]:
+    """Four chats under one system prompt of ~100 tokens (114 tokens each), then chats of a ~150-token request
+    sharing nothing with them (156 tokens): the shape of evaluate.py or serve traffic, not of a MemAgent round."""
+    system = "You are a careful reader. Read the document section by section and keep notes of every code you see. "
+    other = "Summarise the following: the quick brown fox jumps over the lazy dog near the river bank at dawn. "
+    shared = [({"role": "system", "content": system * 2}, {"role": "user", "content": f"What is the code of key {i}?"})
+              for i in range(4)]
+    messages = shared + [({"role": "user", "content": other * 2},)] * (len(max_new_tokens) - 4)
+    return [ChatRequest(messages=m, max_new_tokens=n) for m, n in zip(messages, max_new_tokens)]
+
+
+def test_local_llm_keeps_the_cache_of_mixed_chats_within_its_kv_budget(model, tiny_tokenizer, cache_meter):
+    requests = mixed_chats([16] * 5 + [200])
+    prompts = [LocalLLM(model, tiny_tokenizer).render(r) for r in requests]
+    shape, longest = shape_from_config(model.config.to_dict()), max(map(len, prompts))
+    budget = 5 * row_bytes(shape, longest + 16, 0, dtype_bytes=4)
+    llm = LocalLLM(model, tiny_tokenizer, params=GREEDY, kv_cache_budget_bytes=budget)
+    # The 200-token request does not fit beside the five others, and only its own call is sized for it.
+    assert llm.call_slices(prompts, [r.max_new_tokens for r in requests]) == [(0, 5), (5, 6)]
+    llm.complete(requests)
+    assert 0 < cache_meter.peak <= budget  # was 5 x (about 100 + 156 + 16) positions: a 4-row budget overrun
+
+
+@st.composite
+def prompts_and_limits(draw) -> tuple[list[list[int]], list[int]]:
+    lengths = draw(st.lists(st.integers(1, 60), min_size=1, max_size=12))
+    limits = draw(st.lists(st.integers(1, 120), min_size=len(lengths), max_size=len(lengths)))
+    return [[3] * n for n in lengths], limits
+
+
+def slices_by_rescanning(llm: LocalLLM, prompts: list[list[int]], limits: list[int]) -> list[tuple[int, int]]:
+    """The slow reference: grow the open call while `rows_per_call` of everything in it holds it."""
+    slices, start = [], 0
+    for end in range(1, len(prompts) + 1):
+        if end - start > llm.rows_per_call(prompts[start:end], limits[start:end]):
+            slices.append((start, end - 1))
+            start = end - 1
+    return slices + [(start, len(prompts))]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=prompts_and_limits(), rows_of_100=st.floats(0.5, 8), cap=st.sampled_from([None, 2, 5]))
+def test_call_slices_fill_each_call_to_the_budget_at_its_own_longest_row(
+    tiny_model: PreTrainedModel, tiny_tokenizer: PreTrainedTokenizerBase, case, rows_of_100, cap
+):
+    prompts, limits = case
+    budget = rows_of_100 * row_bytes(shape_from_config(tiny_model.config.to_dict()), 100, 0, dtype_bytes=4)
+    llm = LocalLLM(tiny_model, tiny_tokenizer, kv_cache_budget_bytes=budget, max_batch_rows=cap)
+    slices = llm.call_slices(prompts, limits)
+    assert slices == slices_by_rescanning(llm, prompts, limits)
+    assert [i for s, e in slices for i in range(s, e)] == list(range(len(prompts)))
+    for start, end in slices:
+        assert end - start <= llm.rows_per_call(prompts[start:end], limits[start:end])
