@@ -232,15 +232,36 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     return {**metrics, **after}
 
 
+def resume_hint(argv: list[str]) -> str:
+    """How to continue a stopped run: the same command with --resume latest."""
+    resume = [] if "--resume" in argv else ["--resume", "latest"]
+    return (f"checkpoints are in {load_config(argv).run.output_dir}; continue from the latest with: "
+            f"python train.py {' '.join([*argv, *resume])}")
+
+
+def is_lost_rank_error(err: RuntimeError) -> bool:
+    """A collective failed because a peer is gone: NCCL's DistBackendError, or gloo's transport error (a plain
+    RuntimeError from gloo/transport: a collective timeout, or a connection the dead peer's kernel reset)."""
+    return isinstance(err, torch.distributed.DistBackendError) or "gloo/transport" in str(err)
+
+
+def main_or_lost_rank(argv: list[str]) -> dict[str, float]:
+    """main(), with a collective that failed because another rank died or hung turned into a one-line user error
+    (rank, the backend's first line, how to resume) instead of a backend traceback."""
+    try:
+        return main(argv)
+    except RuntimeError as err:
+        if not is_lost_rank_error(err):
+            raise
+        first = str(err).strip().splitlines()[0]
+        raise SystemExit(f"rank {os.environ.get('RANK', '0')}: a collective failed, so another rank died or stopped "
+                         f"answering (run.collective_timeout_s bounds the wait): {first}; restart every rank; "
+                         f"{resume_hint(argv)}") from err
+
+
 def cli() -> None:
     """`memagent-train` and `python train.py`: main() with one-line user errors, and on Ctrl-C how to resume."""
-
-    def resume_hint(argv: list[str]) -> str:
-        resume = [] if "--resume" in argv else ["--resume", "latest"]
-        return (f"checkpoints are in {load_config(argv).run.output_dir}; continue from the latest with: "
-                f"python train.py {' '.join([*argv, *resume])}")
-
-    run_cli(main, on_interrupt=resume_hint)
+    run_cli(main_or_lost_rank, on_interrupt=resume_hint)
 
 
 if __name__ == "__main__":

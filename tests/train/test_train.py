@@ -171,3 +171,28 @@ def test_reusing_rollout_logprobs_trains_like_recomputing_them(two_steps: Path, 
         assert a["rollout/reward"] == b["rollout/reward"]  # the same samples
         assert b["loss/clipfrac"] == 0.0 and abs(b["loss/approx_kl"]) < 1e-5  # ratio 1 up to float32 rounding
         assert b["loss/loss"] == pytest.approx(a["loss/loss"], rel=1e-4, abs=1e-6)
+
+
+def test_a_collective_lost_to_a_dead_rank_ends_in_one_line_naming_it_and_how_to_resume(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from memagent.cli import run_cli
+
+    def gloo_timeout(argv: list[str]) -> dict[str, float]:  # gloo's own words (a plain RuntimeError) after 3 s
+        raise RuntimeError("[/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting "
+                           "3000ms for recv operation to complete")
+
+    monkeypatch.setattr(train, "main", gloo_timeout)
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(SystemExit) as stop:
+        run_cli(train.main_or_lost_rank, ["--preset", "smoke", "--output-dir", "runs/x"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert stop.value.code == 2 and len(err) == 1
+    assert "rank 1" in err[0] and "another rank died" in err[0] and "Timed out waiting 3000ms" in err[0]
+    assert "--resume latest" in err[0]
+
+    def our_bug(argv: list[str]) -> dict[str, float]:
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(train, "main", our_bug)
+    with pytest.raises(RuntimeError, match="shape mismatch"):  # any other error keeps its traceback
+        train.main_or_lost_rank([])
