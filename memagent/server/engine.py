@@ -6,6 +6,11 @@ Requests are validated before they get here (memagent.server.requests); if a gro
 request at a time, so only the request that fails on its own gets an error and the others get their completions.
 A request past the timeout gets its 504 at once and its rows stop at the next decode step of the batch it is in
 (`generate`'s `cancelled` events); the other rows of that batch go on as if it had not been there.
+
+KV-cache budget (`kv_cache_budget_bytes`, 0 = none). Each batch is cut into generate calls that fit it
+(`LocalLLM.call_slices`: one client asking for 8K tokens shrinks only the call it is in), and every request is
+checked on arrival: its max_tokens is clamped to the room the budget leaves after its prompt, as the window clamps
+it (memagent.server.requests), and a prompt that leaves no room at all is refused with a 400 naming the limit.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -21,6 +26,7 @@ from transformers import PreTrainedTokenizerBase
 from memagent.records import ChatRequest, Completion
 from memagent.rollout.llm import LocalLLM
 from memagent.rollout.sampling import SamplingParams
+from memagent.server.requests import ApiError
 
 
 class RequestTimeout(Exception):
@@ -66,12 +72,18 @@ class BatchingEngine:
     """A queue and one worker thread that drains pending requests into shared `complete()` calls."""
 
     def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, *, max_batch: int = 32,
-                 seed: int = 0, timeout_s: float | None = None) -> None:
+                 seed: int = 0, timeout_s: float | None = None, kv_cache_budget_bytes: float = 0.0) -> None:
         if max_batch < 1:
             raise ValueError(f"BatchingEngine: max_batch must be >= 1, got {max_batch}")
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"BatchingEngine: timeout_s must be > 0 or None (no limit), got {timeout_s}")
+        if kv_cache_budget_bytes < 0:
+            raise ValueError(f"BatchingEngine: kv_cache_budget_bytes must be >= 0 (0 = none), "
+                             f"got {kv_cache_budget_bytes}")
         self.model, self.tokenizer, self.max_batch, self.timeout_s = model, tokenizer, max_batch, timeout_s
+        self.kv_cache_budget_bytes = kv_cache_budget_bytes
+        self.row_tokens = LocalLLM(model, tokenizer, kv_cache_budget_bytes=kv_cache_budget_bytes).max_row_tokens()
+        """The most tokens (prompt + max_tokens) one request may hold within the KV-cache budget; None without one."""
         self.device = next(model.parameters()).device
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.batches: list[int] = []
@@ -90,12 +102,30 @@ class BatchingEngine:
         """The model's context window in tokens (config max_position_embeddings), None when unknown."""
         return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
 
-    def submit(self, request: ChatRequest, params: SamplingParams, seed: int | None) -> Completion:
-        """Queue one request and wait for its completion.
+    def within_budget(self, request: ChatRequest) -> ChatRequest:
+        """The request with max_new_tokens clamped to the room the KV-cache budget leaves after its prompt.
 
-        Raises RequestTimeout after `timeout_s`, RuntimeError if generating this request failed.
+        Raises ApiError(400, code "kv_cache_budget_exceeded") when the prompt alone leaves no room.
         """
-        pending = _Pending(request, params, seed)
+        if self.row_tokens is None:
+            return request
+        prompt = len(self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True,
+                                                        tokenize=True, return_dict=False))
+        room = self.row_tokens - prompt
+        if room < 1:
+            raise ApiError(400, f"the prompt is {prompt} tokens; the server's KV-cache budget of "
+                                f"{self.kv_cache_budget_bytes:.0f} bytes holds {self.row_tokens} tokens per request "
+                                "(prompt + max_tokens), leaving no room to answer",
+                           param="messages", code="kv_cache_budget_exceeded")
+        return replace(request, max_new_tokens=min(request.max_new_tokens, room))
+
+    def submit(self, request: ChatRequest, params: SamplingParams, seed: int | None) -> Completion:
+        """Queue one request (`within_budget`) and wait for its completion.
+
+        Raises ApiError(400) when the prompt alone exceeds the KV-cache budget, RequestTimeout after `timeout_s`,
+        RuntimeError if generating this request failed.
+        """
+        pending = _Pending(self.within_budget(request), params, seed)
         timeout_s = self.timeout_s  # the limit in force when the request joins the queue
         self._queue.put(pending)
         if not pending.done.wait(timeout_s):
@@ -135,7 +165,8 @@ class BatchingEngine:
 
     def _complete_group(self, params: SamplingParams, seed: int | None, group: list[_Pending]) -> None:
         generator = self.generator if seed is None else torch.Generator(device=self.device).manual_seed(seed)
-        llm = LocalLLM(self.model, self.tokenizer, params=params, generator=generator)
+        llm = LocalLLM(self.model, self.tokenizer, params=params, generator=generator,
+                       kv_cache_budget_bytes=self.kv_cache_budget_bytes)
         self.batches.append(len(group))
         try:
             results = complete_isolated(llm, [item.request for item in group], [item.cancelled for item in group])
