@@ -76,6 +76,9 @@ class ChatServer(ThreadingHTTPServer):
     """
 
     daemon_threads = True
+    # socketserver's default backlog of 5 overflowed under a burst of concurrent clients: the kernel then reset some
+    # connections before they reached us (nstat's ListenOverflows), and those clients saw "connection reset".
+    request_queue_size = 128
 
     def __init__(self, engine: BatchingEngine, *, host: str = "127.0.0.1", port: int = 8000,
                  model_name: str = "memagent", default_max_tokens: int = 1024, verbose: bool = False,

@@ -120,6 +120,28 @@ def test_body_framing_other_than_one_length_within_the_limit_is_refused_without_
         srv.close()
 
 
+def test_burst_of_simultaneous_connections_all_get_answers(tiny_model, tiny_tokenizer):
+    # Before: socketserver's backlog of 5 overflowed and about a quarter of 64 clients timed out or were reset.
+    srv = ChatServer(BatchingEngine(tiny_model, tiny_tokenizer), port=0)
+    srv.start_in_thread()
+    start = threading.Barrier(64)
+
+    def connect() -> int | str:
+        start.wait()
+        try:
+            with urllib.request.urlopen(srv.url + "/models", timeout=10) as r:
+                return r.status
+        except OSError as e:
+            return type(e).__name__
+
+    try:
+        with ThreadPoolExecutor(64) as pool:
+            statuses = list(pool.map(lambda _: connect(), range(64)))
+    finally:
+        srv.close()
+    assert statuses == [200] * 64
+
+
 def test_models_route_needs_the_key_too(tiny_model, tiny_tokenizer):
     srv = ChatServer(BatchingEngine(tiny_model, tiny_tokenizer), port=0, api_key=KEY)
     srv.start_in_thread()
