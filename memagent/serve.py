@@ -2,9 +2,9 @@
 
     python -m memagent.serve --model DIR [--host 127.0.0.1 --port 8000 --api-key KEY]   (installed: memagent-serve)
 
-Endpoints: POST /v1/chat/completions (messages, max_tokens, temperature, top_p, seed; n must be 1, no streaming)
-and GET /v1/models. It binds to loopback by default. With --api-key (or MEMAGENT_API_KEY) every request needs
-"Authorization: Bearer KEY"; binding another address without a key prints a warning.
+Endpoints: POST /v1/chat/completions (messages, max_tokens, temperature, top_p, seed; null means the default; n must
+be 1, no streaming) and GET /v1/models. It binds to loopback by default. With --api-key (or MEMAGENT_API_KEY) every
+request needs "Authorization: Bearer KEY"; binding another address without a key prints a warning.
 
 Every request is validated before it joins a batch (roles, UTF-8 text, numbers, prompt length within the window;
 max_tokens is clamped to the room left), so one client's bad request is that client's 400 and never fails the
