@@ -23,8 +23,9 @@ not. Works on CUDA unchanged (the generator must then be a CUDA generator).
 Shared prefill (`share_prefill`, on by default; memagent.rollout.prefill). Identical prompts are prefilled once and
 their KV cache copied to each of their rows (round 1 of a group rollout: the G prompts are equal), and prompts that
 agree on at least `min_shared_prefix` leading tokens prefill that prefix once (later rounds: a group's prompts agree
-up to the memory). The expanded cache is as large as an unshared one; what drops is prefill compute and its peak
-activations. Sampling is untouched: every row still draws its own tokens.
+up to the memory). The expanded cache is never wider than an unshared one (the longest prompt: the plan counts the
+middle padding it adds); what drops is prefill compute and its peak activations. Sampling is untouched: every row
+still draws its own tokens.
 
 Cancellation (`cancelled`: the server's requests past their timeout). The caller may hand one threading.Event per
 row; the loop reads the set ones on the host once per step, stops those rows as if they had reached their limit and
@@ -269,7 +270,7 @@ def generate(
     module docstring); results equal unshared prefill up to float rounding of a smaller batch. min_shared_prefix:
     with share_prefill, prompts agreeing on at least this many leading tokens prefill them once (0 = only identical
     prompts are shared; memagent.rollout.prefill). preallocate_kv:
-    write the KV cache in place in a buffer of the final size (memagent.rollout.kv_cache) instead of transformers'
+    write the KV cache in place in a buffer grown in blocks (memagent.rollout.kv_cache) instead of transformers'
     concatenating DynamicCache; the same numbers, less copying per decode step. cancelled: one event per prompt, or
     None; a row whose event is set stops at the next decode step with the tokens it has (finished False unless the
     last is an EOS) and leaves the batch, and a row whose event is set before the call never enters it.
