@@ -42,6 +42,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--default-max-tokens", type=int, default=1024, help="max_tokens when a request omits it")
     p.add_argument("--max-body-bytes", type=int, default=16 * 2**20, help="larger request bodies get 413")
     p.add_argument("--request-timeout", type=float, default=600.0, help="seconds before a request gets 504")
+    p.add_argument("--kv-cache-budget-gb", type=float, default=0.0,
+                   help="GiB of KV cache one generate call may hold; a prompt that cannot fit gets a 400 (0 = none)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default float32)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generator shared by unseeded requests")
@@ -52,6 +54,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}")
     if args.request_timeout <= 0:
         p.error(f"--request-timeout must be > 0, got {args.request_timeout}")
+    if args.kv_cache_budget_gb < 0:
+        p.error(f"--kv-cache-budget-gb must be >= 0 (0 = none), got {args.kv_cache_budget_gb}")
     args.api_key = args.api_key or os.environ.get(API_KEY_ENV) or None
     if args.api_key is None and args.host not in LOOPBACK:
         print(f"warning: serving on {args.host} without an API key: anyone who can reach this port can run the "
@@ -68,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     model = load_model(args.model, dtype=args.dtype, device=args.device).eval()
     tokenizer = load_tokenizer(args.model)
     engine = BatchingEngine(model, tokenizer, max_batch=args.max_batch, seed=args.seed,
-                            timeout_s=args.request_timeout)
+                            timeout_s=args.request_timeout, kv_cache_budget_bytes=args.kv_cache_budget_gb * 2**30)
     server = ChatServer(engine, host=args.host, port=args.port, model_name=args.name or Path(args.model).name,
                         default_max_tokens=args.default_max_tokens, verbose=args.verbose, api_key=args.api_key,
                         max_body_bytes=args.max_body_bytes)

@@ -37,6 +37,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds (doubles each retry)")
     g.add_argument("--device", default=None, help="torch device for --model (default: cuda if available)")
     g.add_argument("--dtype", default=None, help="float32 (default), bfloat16, float16 or auto")
+    g.add_argument("--kv-cache-budget-gb", type=float, default=0.0,
+                   help="GiB of KV cache one generate call may hold for --model; calls are cut to fit (0 = none)")
     s = parser.add_argument_group("sampling (MemAgent's evaluation defaults)")
     s.add_argument("--temperature", type=float, default=0.7)
     s.add_argument("--top-p", type=float, default=0.95)
@@ -87,7 +89,7 @@ def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(args.seed)
     llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=temperature, top_p=top_p),
-                   generator=generator)
+                   generator=generator, kv_cache_budget_bytes=args.kv_cache_budget_gb * 2**30)
     return EvaluatedModel(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p)
 
 

@@ -83,3 +83,18 @@ def test_concurrent_requests_of_any_max_tokens_keep_the_cache_within_the_budget(
         usage = body["usage"]
         assert usage["completion_tokens"] <= min(max_tokens, ROW_TOKENS - usage["prompt_tokens"])
     assert 0 < peak_cache_bytes[0] <= budget_of(tiny_model)
+
+
+def test_the_command_line_budgets_of_serve_and_evaluate_reach_their_engines(tiny_model_dir) -> None:
+    import argparse
+
+    from memagent.evaluation.model_choice import add_model_args, build_evaluated_model
+    from memagent.serve import parse_args
+
+    assert parse_args(["--model", str(tiny_model_dir), "--kv-cache-budget-gb", "0.5"]).kv_cache_budget_gb == 0.5
+    with pytest.raises(SystemExit):
+        parse_args(["--model", str(tiny_model_dir), "--kv-cache-budget-gb", "-1"])
+    parser = argparse.ArgumentParser()
+    add_model_args(parser)
+    args = parser.parse_args(["--model", str(tiny_model_dir), "--kv-cache-budget-gb", "0.25"])
+    assert build_evaluated_model(args).llm.kv_cache_budget_bytes == 0.25 * 2**30
