@@ -91,7 +91,7 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
         refill_oversample_cap=r.refill_oversample_cap, refill_margin_std=r.refill_margin_std)
     # 4: one group advantage per trajectory, broadcast to every conversation of it.
     rows = trajectories_to_rows(kept.trajectories, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps,
-                                reuse_logprobs=r.reuse_logprobs)
+                                reuse_logprobs=r.reuses_logprobs(setup.autocast_dtype))
     t_rollout = time.perf_counter() - t0
     # 5: old (and reference) log-probs, packed exactly as the update packs them: the first ratio is exactly 1.
     # (rollout.reuse_logprobs: the sampler's log-probs already are the old policy's, up to batch-shape rounding.)
@@ -102,7 +102,7 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
     packing = dict(budget=opt.micro_batch_tokens, pad_id=setup.tokenizer.pad_token_id, device=setup.device,
                    temperature=r.temperature, shared_prefix=shared_prefix_tokens(setup))
     with autocast(setup.device, setup.autocast_dtype):
-        if not r.reuse_logprobs:
+        if not r.reuses_logprobs(setup.autocast_dtype):
             set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)
         if setup.reference is not None:
             set_logprobs(setup.reference, minis, counts, "ref_logprobs", **packing)

@@ -60,8 +60,8 @@ class RolloutConfig:
     """Prompts are prefilled through the KV cache in slices of this many positions (0 = one forward)."""
     share_prefill: bool = True
     """Prefill once what one generate call's prompts share: identical prompts and common prefixes of 32+ tokens."""
-    reuse_logprobs: bool = False
-    """Use the sampler's log-probs as the old policy's instead of recomputing them (needs top_p 1, top_k 0)."""
+    reuse_logprobs: str = "auto"
+    """Old log-probs from the sampler, not recomputed: auto (when no autocast runs: equal to float32 rounding), on, off."""
     dynamic_sampling: bool = True
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
     max_refill_rounds: int = 4
@@ -78,6 +78,20 @@ class RolloutConfig:
     """Penalty at the answer cap (DAPO: 1.0)."""
     verifier: str = "strict"
     """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent) or lenient (a gold inside the answer)."""
+
+    @property
+    def samples_the_scored_distribution(self) -> bool:
+        """The rollout samples the distribution the loss scores (temperature > 0, no top-p / top-k truncation), so
+        the sampler's log-probs are the old policy's."""
+        return self.temperature > 0 and self.top_p == 1 and self.top_k == 0
+
+    def reuses_logprobs(self, autocast_dtype) -> bool:
+        """Whether step 5 takes the sampler's log-probs: `on`; or `auto` without autocast, where a decode step and
+        a packed forward agree to float32 rounding (under bf16 autocast they differ by bf16 rounding: BENCHMARKS.md
+        measured a mean |delta| of 0.03 on SmolLM2), and only for untruncated sampling."""
+        if self.reuse_logprobs == "auto":
+            return autocast_dtype is None and self.samples_the_scored_distribution
+        return self.reuse_logprobs == "on"
 
 
 @dataclass(frozen=True)
@@ -267,8 +281,9 @@ def validate(cfg: TrainConfig) -> None:
         (r.max_batch_rows >= 0, f"rollout.max_batch_rows={r.max_batch_rows} must be >= 0 (0 = no cap)"),
         (r.kv_cache_budget_gb >= 0, f"rollout.kv_cache_budget_gb={r.kv_cache_budget_gb} must be >= 0 (0 = off)"),
         (r.prefill_chunk_tokens >= 0, f"rollout.prefill_chunk_tokens={r.prefill_chunk_tokens} must be >= 0"),
-        (not r.reuse_logprobs or (r.top_p == 1 and r.top_k == 0 and r.temperature > 0),
-         f"rollout.reuse_logprobs: the sampler's log-probs are the old policy's only for untruncated sampling at a "
+        (r.reuse_logprobs in ("auto", "on", "off"), f"rollout.reuse_logprobs={r.reuse_logprobs!r}: auto, on or off"),
+        (r.reuse_logprobs != "on" or r.samples_the_scored_distribution,
+         f"rollout.reuse_logprobs=on: the sampler's log-probs are the old policy's only for untruncated sampling at a "
          f"temperature > 0; got temperature={r.temperature}, top_p={r.top_p}, top_k={r.top_k}"),
         (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
          f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),

@@ -67,4 +67,21 @@ def test_reuse_refuses_a_conversation_without_sampler_logprobs(tiny_model, tiny_
                                   ["--rollout.temperature", "0"]])
 def test_reuse_is_refused_for_sampling_rules_whose_logprobs_are_not_the_policys(flag: list[str]) -> None:
     with pytest.raises(ValueError, match="rollout.reuse_logprobs"):
-        load_config(["--preset", "smoke", "--rollout.reuse-logprobs", "true", *flag])
+        load_config(["--preset", "smoke", "--rollout.reuse-logprobs", "on", *flag])
+
+
+@pytest.mark.parametrize(("mode", "autocast", "flags", "reuses"), [
+    ("auto", None, [], True),  # fp32: a decode step and a packed forward agree to float32 rounding
+    ("auto", torch.bfloat16, [], False),  # bf16 rounding differs between the two: recompute
+    ("auto", None, ["--rollout.top-p", "0.9"], False),  # the sampler's distribution is not the scored one
+    ("on", torch.bfloat16, [], True),
+    ("off", None, [], False),
+])
+def test_auto_reuses_logprobs_only_where_they_equal_a_recomputation(mode, autocast, flags, reuses) -> None:
+    cfg = load_config(["--preset", "smoke", "--rollout.reuse-logprobs", mode, *flags])
+    assert cfg.rollout.reuses_logprobs(autocast) is reuses
+
+
+def test_an_unknown_reuse_mode_is_named() -> None:
+    with pytest.raises(ValueError, match="auto, on or off"):
+        load_config(["--preset", "smoke", "--rollout.reuse-logprobs", "yes"])

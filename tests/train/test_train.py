@@ -163,7 +163,7 @@ def test_dynamic_sampling_with_refills_trains_whole_groups_of_distinct_trajector
 
 def test_reusing_rollout_logprobs_trains_like_recomputing_them(two_steps: Path, tmp_path: Path, model_dir: str) -> None:
     out = tmp_path / "reuse"
-    smoke(out, model_dir, "--rollout.reuse-logprobs", "true")
+    smoke(out, model_dir, "--rollout.reuse-logprobs", "on")
     full = [r for r in records(two_steps) if "rollout/reward" in r]
     reused = [r for r in records(out) if "rollout/reward" in r]
     assert [r["step"] for r in reused] == [1, 2]
