@@ -113,8 +113,11 @@ def test_serve_refuses_missing_model_and_warns_about_an_open_host_without_key(tm
 @pytest.mark.slow  # a fresh interpreter importing torch
 def test_ctrl_c_in_train_names_the_output_dir_and_resume_latest(tmp_path):
     out = tmp_path / "run"
+    # A suite started as a background job of a non-interactive shell inherits SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt handler; the child gets the default disposition back, as a terminal gives it.
     proc = subprocess.Popen([sys.executable, "train.py", "--preset", "smoke", "--output-dir", str(out)], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         proc.stdout.readline()  # main() prints once the run is set up: the interrupt lands inside run_cli
         proc.send_signal(signal.SIGINT)
