@@ -6,7 +6,8 @@ One RL step:
   2. Reward = verifier on the final answer (strict 1/0 by default) + DAPO's soft overlong penalty on its length.
   3. Dynamic sampling: drop groups whose G correctness scores are all equal, refill from the next questions.
   4. A_i = (R_i - mean_g) / (std_g + eps), once per trajectory, broadcast to every conversation of it.
-  5. Recompute old log-probs (no grad) [and reference log-probs for an optional KL loss].
+  5. Old log-probs: recomputed (no grad), or the sampler's where they equal that to float32 rounding
+     (rollout.reuse_logprobs); [reference log-probs for an optional KL loss].
   6. For each of `mini_batches` slices of the conversations: count the valid tokens over all ranks, then per
      micro-batch backprop DAPO's clipped token-level loss / N_global (x world size); clip, step AdamW.
 Departures from MemAgent's released run, all DAPO's and configurable: clip_high 0.28 (theirs 0.2), dual clip 10
@@ -90,19 +91,20 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
         dynamic_sampling=r.dynamic_sampling, max_refill_rounds=r.max_refill_rounds,
         refill_oversample_cap=r.refill_oversample_cap, refill_margin_std=r.refill_margin_std)
     # 4: one group advantage per trajectory, broadcast to every conversation of it.
+    reuse, shared = r.reuses_logprobs(setup.autocast_dtype), shared_prefix_tokens(setup)
     rows = trajectories_to_rows(kept.trajectories, scale_by_std=cfg.loss.scale_by_std, eps=cfg.loss.adv_eps,
-                                reuse_logprobs=r.reuses_logprobs(setup.autocast_dtype))
+                                reuse_logprobs=reuse)
     t_rollout = time.perf_counter() - t0
     # 5: old (and reference) log-probs, packed exactly as the update packs them: the first ratio is exactly 1.
     # (rollout.reuse_logprobs: the sampler's log-probs already are the old policy's, up to batch-shape rounding.)
     # Each phase opens its own bf16 autocast context and none spans an optimizer step, since autocast keeps its
     # bf16 copies of the fp32 weights until its outermost context exits (update_policy's forward_context).
     minis = split_mini_batches(rows, opt.mini_batches)
-    counts = micro_batch_counts(minis, opt.micro_batch_tokens, learner.all_reduce_max, shared_prefix_tokens(setup))
+    counts = micro_batch_counts(minis, opt.micro_batch_tokens, learner.all_reduce_max, shared)
     packing = dict(budget=opt.micro_batch_tokens, pad_id=setup.tokenizer.pad_token_id, device=setup.device,
-                   temperature=r.temperature, shared_prefix=shared_prefix_tokens(setup))
+                   temperature=r.temperature, shared_prefix=shared)
     with autocast(setup.device, setup.autocast_dtype):
-        if not r.reuses_logprobs(setup.autocast_dtype):
+        if not reuse:
             set_logprobs(learner.model, minis, counts, "old_logprobs", **packing)
         if setup.reference is not None:
             set_logprobs(setup.reference, minis, counts, "ref_logprobs", **packing)
