@@ -34,6 +34,7 @@ import torch
 
 from memagent.cli import run_cli
 from memagent.config import TrainConfig, load_config
+from memagent.data.mix import parse_task_mix
 from memagent.model.precision import autocast
 from memagent.records import Sample, Trajectory
 from memagent.rl.dynamic_sampling import KeptGroups, QuestionStream, collect_groups, rank_quota
@@ -145,7 +146,21 @@ def summarize(setup: TrainingSetup, kept: KeptGroups, num_rows: int, updates: li
     for key in ("loss", "clipfrac", "clipfrac_lower", "approx_kl", "entropy", "kl", "grad_norm", "skipped"):
         if updates:
             out[f"loss/{key}"] = sum(u[key] for u in updates) / len(updates)
-    return out
+    return out | task_accuracy(setup, kept)
+
+
+def task_accuracy(setup: TrainingSetup, kept: KeptGroups) -> dict[str, float]:
+    """`rollout/accuracy/{task}` of a task mix (data.tasks): mean verifier score of the task's rolled-out
+    trajectories over all ranks; a task no rank drew this step is left out."""
+    names = [share.name for share in parse_task_mix(setup.cfg.data.tasks)]
+    if not names:
+        return {}
+    local = torch.zeros(len(names), 2, dtype=torch.float64)  # [tasks, (score sum, trajectories)]
+    for traj, task in zip(kept.generated, kept.generated_tasks):
+        if task in names:
+            local[names.index(task)] += torch.tensor([traj.reward.correct, 1.0], dtype=torch.float64)
+    s = setup.learner.all_reduce_sum(local)
+    return {f"rollout/accuracy/{name}": float(s[i, 0] / s[i, 1]) for i, name in enumerate(names) if s[i, 1] > 0}
 
 
 def evaluate(setup: TrainingSetup) -> dict[str, float]:

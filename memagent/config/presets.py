@@ -1,7 +1,7 @@
 """Named presets: `tiny` (the embedded demo: what `python train.py` runs without a model path), `smoke` (tests,
 seconds), `qwen2.5-7b` (paper scale, DAPO recipe: the schema defaults plus the model and data files),
-`memagent-release` (paper scale, MemAgent's released recipe), and `smollm2` / `smollm2-release` (SmolLM2-135M on a
-CPU under each of the two loss recipes).
+`memagent-release` (paper scale, MemAgent's released recipe), `smollm2` / `smollm2-release` (SmolLM2-135M on a
+CPU under each of the two loss recipes), and `smollm2-mix` (SmolLM2-135M on a mix of four tasks).
 
 A preset is a nested dict of overrides on the dataclass defaults, so `--config FILE` and command-line flags apply on
 top of it with the same rules. The defaults are MemAgent's 7B run (run_memory_7B.sh) except where DAPO is our
@@ -110,4 +110,20 @@ PRESETS["smollm2-release"] = _on(
     rollout={"dynamic_sampling": False, "overlong_shaping": False},
     loss=PRESETS["memagent-release"]["loss"],
     run={"output_dir": "runs/smollm2-release"},
+)
+# MemAgent's evaluation in small (docs/evaluation.md, "Task mix"; `make smollm2-mix SEED=`): the smollm2 recipe on
+# four training tasks in equal shares, 512 tokens (2 chunks of 256) as in smollm2, so a step costs about the same
+# and the 64x cells (32K tokens) stay within reach of a 2-core CPU. Rewards by task family: string_match_all with
+# partial credit for the NIAH tasks, the contained rule for the two-hop QA. The answer budget grows to 48 tokens:
+# four 7-digit values are 31 SmolLM2 tokens before any words around them. 10 steps: each task gets about 20
+# questions x G 4 over the run, against 64 questions of one task in smollm2's 8 steps.
+MIX_TRAIN_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multivalue", "hotpotqa_synth")
+MIX_HELDOUT_TASKS = ("vt", "fwe", "niah_multiquery", "niah_multikey_3", "kv_retrieval")
+"""Tasks the mix never trains on, evaluated at 1x and 4x the training length (issue 24's held-out list)."""
+PRESETS["smollm2-mix"] = _on(
+    PRESETS["smollm2"],
+    workflow={"answer_tokens": 48},
+    rollout={"verifier": "task"},
+    data={"task": "", "tasks": MIX_TRAIN_TASKS},
+    run={"steps": 10, "output_dir": "runs/smollm2-mix"},
 )

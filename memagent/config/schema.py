@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from memagent.model.lora import DEFAULT_TARGETS
+from memagent.data.mix import parse_task_mix
 from memagent.rl.loss import AGG_MODES
+from memagent.rl.rewards import VERIFIER_NAMES
 from memagent.rollout.prompts import WorkflowConfig
 
 
@@ -77,7 +79,8 @@ class RolloutConfig:
     overlong_factor: float = 1.0
     """Penalty at the answer cap (DAPO: 1.0)."""
     verifier: str = "strict"
-    """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent) or lenient (a gold inside the answer)."""
+    """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent), lenient (a gold inside the
+    answer) or task (by task family: RULER string_match_all with partial credit, lenient for QA; for a task mix)."""
 
     @property
     def samples_the_scored_distribution(self) -> bool:
@@ -154,7 +157,9 @@ class DataConfig:
     """Training and held-out questions: files, or a synthetic generator of memagent.data.TASKS."""
 
     task: str = "hotpotqa_synth"
-    """Synthetic task (a name in memagent.data.TASKS; code_lookup with demo.enabled) when train_file is empty."""
+    """Synthetic task (a name in memagent.data.TASKS; code_lookup with demo.enabled) when train_file and tasks are empty."""
+    tasks: tuple[str, ...] = ()
+    """Task mix instead of `task`: entries "name" or "name:weight" (memagent.data.mix), one task per question."""
     train_file: str = ""
     """Training questions from a MemAgent/RULER JSON, JSONL or Parquet file (memagent.data readers); empty = synthetic."""
     eval_file: str = ""
@@ -295,9 +300,11 @@ def validate(cfg: TrainConfig) -> None:
         (op.shared_prefix_tokens >= 0, f"optim.shared_prefix_tokens={op.shared_prefix_tokens} must be >= 0 (0 = off)"),
         (op.lr > 0, f"optim.lr={op.lr} must be > 0"),
         (d.train_chunks >= 1 and d.num_eval >= 0, "data.train_chunks must be >= 1 and data.num_eval >= 0"),
+        (not (d.tasks and d.train_file), "data.tasks and data.train_file: pass one of them, not both"),
         (min(cfg.demo.chunks, cfg.demo.pretrain_chunks) >= 1, "demo.chunks and demo.pretrain_chunks must be >= 1"),
         (0 <= cfg.demo.teacher_keep_probability <= 1, "demo.teacher_keep_probability must be in [0, 1]"),
-        (cfg.rollout.verifier in ("strict", "lenient"), f"rollout.verifier={cfg.rollout.verifier!r}: strict or lenient"),
+        (cfg.rollout.verifier in VERIFIER_NAMES,
+         f"rollout.verifier={cfg.rollout.verifier!r}: strict, lenient or task"),
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
         (cfg.model.autocast in ("auto", "bfloat16", "off"), f"model.autocast={cfg.model.autocast!r}: auto, bfloat16, off"),
         (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),
@@ -307,6 +314,7 @@ def validate(cfg: TrainConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise ValueError(message)
+    parse_task_mix(d.tasks)  # raises naming the bad entry
 
 
 def lora_checks(cfg: TrainConfig) -> list[tuple[bool, str]]:

@@ -13,19 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memagent.verify import exact_match, f1_score, string_match_all, sub_exact_match
+from memagent.verify import exact_match, f1_score, is_retrieval_task, string_match_all, sub_exact_match
 from memagent.verify.lenient import extract_answer
 
 STRING_MATCH_ALL = "string_match_all"
 SUB_EM = "sub_em"
 
-# Prefixes of the task names whose golds are a set of strings to find, not a phrase to match.
-_RETRIEVAL_PREFIXES = ("niah_", "vt", "cwe", "fwe", "kv_")
-
-
 def metric_for_task(task: str) -> str:
     """STRING_MATCH_ALL for RULER families and kv_* demos, SUB_EM for QA-like and unknown tasks."""
-    return STRING_MATCH_ALL if task.startswith(_RETRIEVAL_PREFIXES) else SUB_EM
+    return STRING_MATCH_ALL if is_retrieval_task(task) else SUB_EM
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,8 @@ class KeptGroups:
     """The questions of the kept groups, in order."""
     generated: list[Trajectory]
     """Every trajectory rolled out this step (kept or not), for the reward / accuracy metrics."""
+    generated_tasks: list[str]
+    """`Sample.task` of each trajectory in `generated`, for per-task accuracy in a task mix."""
     rounds: int
     """Rollout rounds run (1 = no refill)."""
     informative_groups: int
@@ -103,6 +105,7 @@ def collect_groups(
     kept: list[Trajectory] = []
     questions: list[Sample] = []
     generated: list[Trajectory] = []
+    generated_tasks: list[str] = []
     rounds = rolled_groups = kept_groups = 0
     while rounds <= max_refill_rounds:
         need = quota - len(questions)
@@ -116,6 +119,7 @@ def collect_groups(
         trajs = rollout(mine)
         score(trajs, mine)
         generated += trajs
+        generated_tasks += [mine[t.sample_index].task for t in trajs]  # before the relabelling below
         if dynamic_sampling:
             correct = torch.tensor([t.reward.correct for t in trajs], dtype=torch.float64)  # [N]
             groups = torch.tensor([t.sample_index for t in trajs], dtype=torch.long)  # [N]
@@ -141,4 +145,4 @@ def collect_groups(
     if short and rank == 0:
         warnings.warn(f"dynamic sampling: after {rounds} rollout rounds some rank still lacks {short} of {quota} "
                       "informative groups; training on a smaller batch", stacklevel=2)
-    return KeptGroups(kept, questions, generated, rounds, kept_groups)
+    return KeptGroups(kept, questions, generated, generated_tasks, rounds, kept_groups)

@@ -5,7 +5,10 @@ The verifier is strict by default (the last \\boxed{...} equals a gold exactly, 
 MemAgent's training. `lenient` (memagent.verify.contained_reward: extract an answer, boxed or not; a gold must occur
 inside it) is for small models that do not box their answers yet: under the strict rule their rewards are all 0,
 and the overlong penalty would be the only signal. It is deliberately not the evaluation's sub-exact-match, which
-also pays for an answer contained in a gold and so teaches a policy to answer a fragment (one digit of a number). Dynamic sampling filters on `Reward.correct`, not on the total.
+also pays for an answer contained in a gold and so teaches a policy to answer a fragment (one digit of a number).
+`task` (memagent.verify.task_reward) picks the rule by each question's task family, for a task mix: string_match_all
+for RULER-style tasks (partial credit on multi-answer tasks), the contained rule for QA. Dynamic sampling filters on
+`Reward.correct`, not on the total, so a partial-credit group is informative only when its scores differ.
 """
 
 from __future__ import annotations
@@ -16,10 +19,20 @@ import torch
 
 from memagent.records import Reward, Sample, Trajectory
 from memagent.rl.shaping import overlong_penalty
-from memagent.verify import contained_reward, strict_reward
+from memagent.verify import contained_reward, strict_reward, task_reward
 
 VERIFIERS: dict[str, Callable[[str, Sequence[str]], float]] = {"strict": strict_reward, "lenient": contained_reward}
 """Training verifiers by name (rollout.verifier): response text, gold answers -> a score in [0, 1]."""
+TASK_VERIFIER = "task"
+"""rollout.verifier that picks the rule from the question's task (memagent.verify.task_reward)."""
+VERIFIER_NAMES = (*VERIFIERS, TASK_VERIFIER)
+
+
+def answer_score(verifier: str, response: str, sample: Sample) -> float:
+    """Score in [0, 1] of one final answer to `sample` under the training verifier named `verifier`."""
+    if verifier == TASK_VERIFIER:
+        return task_reward(response, sample.answers, sample.task)
+    return VERIFIERS[verifier](response, sample.answers)
 
 
 def score_trajectories(
@@ -28,14 +41,13 @@ def score_trajectories(
 ) -> None:
     """Set `traj.reward` of every trajectory (in place); `traj.sample_index` indexes `samples`.
 
-    verifier: a key of VERIFIERS. answer_budget: max new tokens of the answer (L_max of the overlong penalty);
+    verifier: a name in VERIFIER_NAMES. answer_budget: max new tokens of the answer (L_max of the overlong penalty);
     the penalty ramps over its last `overlong_cache_tokens` tokens down to -overlong_factor, and is 0 when
     `overlong_shaping` is off. A trajectory with an `error` (a failed LLM call) scores as a wrong answer.
     """
-    if verifier not in VERIFIERS:
-        raise ValueError(f"verifier={verifier!r}: expected one of {sorted(VERIFIERS)}")
-    check = VERIFIERS[verifier]
-    correct = [0.0 if t.error else float(check(t.answer, samples[t.sample_index].answers)) for t in trajectories]
+    if verifier not in VERIFIER_NAMES:
+        raise ValueError(f"verifier={verifier!r}: expected one of {VERIFIER_NAMES}")
+    correct = [0.0 if t.error else answer_score(verifier, t.answer, samples[t.sample_index]) for t in trajectories]
     penalty = [0.0] * len(trajectories)
     if overlong_shaping and trajectories:
         lengths = torch.tensor([t.answer_tokens for t in trajectories], dtype=torch.float64)  # [N]

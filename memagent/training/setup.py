@@ -30,6 +30,7 @@ from torch import nn
 
 from memagent.config import TrainConfig
 from memagent.data import TASKS, make_task, read_samples
+from memagent.data.mix import make_task_mix, parse_task_mix
 from memagent.model import load_model, load_tokenizer
 from memagent.model.lora import AdaptersOff, apply_lora
 from memagent.model.precision import storage_dtype, training_autocast
@@ -107,11 +108,18 @@ def load_data(cfg: TrainConfig, tokenizer: Any) -> tuple[list[Sample], dict[str,
     """Training questions and held-out sets: files, or a memagent.data.TASKS generator at the workflow's length.
 
     Synthetic sets: training train_chunks x chunk_tokens context tokens (seed d.seed); held-out set "{f}x" f times
-    that (seed d.seed + 1000 f + 1), so no set repeats another's documents.
+    that (seed d.seed + 1000 f + 1), so no set repeats another's documents. With a task mix (data.tasks) every set
+    splits its questions over the tasks by weight (memagent.data.mix).
     """
     d, chunk = cfg.data, cfg.workflow.chunk_tokens
     if d.train_file:
         return read_samples(d.train_file), ({"file": read_samples(d.eval_file)} if d.eval_file else {})
+    if d.tasks:
+        shares = parse_task_mix(d.tasks)
+        train = make_task_mix(shares, tokenizer, d.train_chunks * chunk, d.num_train, seed=d.seed)
+        heldout = {f"{f}x": make_task_mix(shares, tokenizer, d.train_chunks * chunk * f, d.num_eval,
+                                          seed=d.seed + 1000 * f + 1) for f in d.eval_chunk_factors}
+        return train, heldout
     if d.task not in TASKS:
         hint = " (the demo's task: pass --preset tiny or --demo.enabled true)" if d.task == "code_lookup" else ""
         raise ValueError(f"data.task={d.task!r}: expected one of {sorted(TASKS)}{hint}, or pass data.train_file")
