@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export DS_ACCELERATOR ?= cpu
 
-.PHONY: install demo test test-fast test-dist test-latest lint smollm2 smollm2-rl bench clean
+.PHONY: install demo test test-fast test-dist test-latest lint smollm2 smollm2-rl smollm2-mix smollm2-mix-report bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -90,6 +90,41 @@ smollm2-rl: $(STAMP)
 		--model $(SMOLLM2_RL) $(SMOLLM2_EVAL) --baseline none --output-dir runs/smollm2-eval/$(PRESET)-seed$(SEED); \
 	status=$$?; wait $$baseline && exit $$status
 	@echo "tables: runs/smollm2-eval/{untrained,baseline,$(PRESET)-seed$(SEED)}/results.json (docs/evaluation.md)"
+
+# MemAgent's evaluation in small (preset smollm2-mix, docs/evaluation.md "Task mix"): SmolLM2 trained on four tasks at
+# 512 tokens, then scored on 48 held-out questions per cell (data seed 1): the training tasks at 1x, 4x, 16x and 64x
+# the training length, the held-out tasks at 1x and 4x. One directory per row and length under runs/mix-eval, so a
+# stopped run resumes sample by sample (rerun the same command) and a cut-off cell still counts its finished
+# questions. The untrained and full-context rows do not depend on SEED: they run beside the seed's own row, one core
+# each, and a later seed finds them done. `make smollm2-mix-report` writes the table, target check and figure.
+MIX_TRAIN_TASKS := niah_single_1 niah_multikey_2 niah_multivalue hotpotqa_synth
+MIX_HELDOUT_TASKS := vt fwe niah_multiquery niah_multikey_3 kv_retrieval
+MIX_EVAL = --chunk-tokens 256 --memory-tokens 64 --answer-tokens 48 --greedy --dtype bfloat16 --num-samples 48 \
+	--data-seed 1 --batch-size 48
+MIX_SHORT := 512 2048
+MIX_LONG := 8192 32768
+MIX_RUN = runs/smollm2-mix-seed$(SEED)
+MIX_RL = $(MIX_RUN)/checkpoints/step_000010/model
+# $(call mix_eval,MODEL,ROW,EXTRA FLAGS): every cell of one row, shortest first.
+mix_eval = for len in $(MIX_SHORT) $(MIX_LONG); do \
+	tasks="$(MIX_TRAIN_TASKS)"; case " $(MIX_SHORT) " in *" $$len "*) tasks="$$tasks $(MIX_HELDOUT_TASKS)";; esac; \
+	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(1) $(MIX_EVAL) $(3) --task $$tasks --lengths $$len \
+		--output-dir runs/mix-eval/$(2)-$$len || exit 1; done
+smollm2-mix: $(STAMP)
+	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
+	test -d $(MIX_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset smollm2-mix --run.seed $(SEED) \
+		--run.output-dir $(MIX_RUN) $$(ls $(MIX_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	mkdir -p runs/mix-eval
+	@echo "untrained and full-context rows in the background; progress: runs/mix-eval/shared-rows.log"
+	($(call mix_eval,$(SMOLLM2),untrained,--baseline none) && \
+	 $(call mix_eval,$(SMOLLM2),baseline,--baseline full-context --batch-size 8)) > runs/mix-eval/shared-rows.log 2>&1 & \
+	shared=$$!; $(call mix_eval,$(MIX_RL),seed$(SEED),--baseline none); status=$$?; wait $$shared && exit $$status
+	$(MAKE) smollm2-mix-report
+
+smollm2-mix-report: $(STAMP)
+	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \
+		--runs $$(ls -d runs/smollm2-mix-seed* 2>/dev/null) --markdown runs/mix-eval/report.md \
+		--figure docs/figures/smollm2_mix.png
 
 clean:
 	rm -rf $(VENV) $(LATEST) build dist *.egg-info .pytest_cache .hypothesis

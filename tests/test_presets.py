@@ -82,3 +82,25 @@ def test_smollm2_release_preset_is_the_smollm2_recipe_under_memagent_released_lo
     assert (release.workflow, release.data, release.optim, release.model) == (ours.workflow, ours.data, ours.optim,
                                                                               ours.model)
     assert release.run.steps == ours.run.steps and release.run.output_dir != ours.run.output_dir
+
+
+def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_its_own_budgets() -> None:
+    from memagent.config.presets import MIX_HELDOUT_TASKS, MIX_TRAIN_TASKS
+    from memagent.data.mix import parse_task_mix
+
+    cfg, single = preset_config("smollm2-mix"), preset_config("smollm2")
+    assert [s.name for s in parse_task_mix(cfg.data.tasks)] == list(MIX_TRAIN_TASKS)
+    assert not set(MIX_TRAIN_TASKS) & set(MIX_HELDOUT_TASKS)
+    assert cfg.rollout.verifier == "task" and (cfg.optim, cfg.model) == (single.optim, single.model)
+    makefile = (Path(__file__).parents[1] / "Makefile").read_text()
+    listed = {name: re.search(rf"^{name} := (.*)$", makefile, re.MULTILINE).group(1).split()
+              for name in ("MIX_TRAIN_TASKS", "MIX_HELDOUT_TASKS", "MIX_SHORT", "MIX_LONG")}
+    assert listed["MIX_TRAIN_TASKS"] == list(MIX_TRAIN_TASKS) and listed["MIX_HELDOUT_TASKS"] == list(MIX_HELDOUT_TASKS)
+    train_length = cfg.data.train_chunks * cfg.workflow.chunk_tokens
+    assert [int(x) for x in listed["MIX_SHORT"] + listed["MIX_LONG"]] == [f * train_length for f in (1, 4, 16, 64)]
+    flags = re.search(r"MIX_EVAL = (.*?)\n\S", makefile, re.DOTALL).group(1).replace("\\\n", " ").split()
+    value = {flag: flags[i + 1] for i, flag in enumerate(flags) if flag.startswith("--")}
+    assert int(value["--data-seed"]) != cfg.data.seed and int(value["--num-samples"]) >= 48
+    assert (int(value["--chunk-tokens"]), int(value["--memory-tokens"]), int(value["--answer-tokens"])) == (
+        cfg.workflow.chunk_tokens, cfg.workflow.memory_tokens, cfg.workflow.answer_tokens)
+    assert f"$(MIX_RUN)/checkpoints/step_{cfg.run.steps:06d}/model" in makefile

@@ -32,9 +32,9 @@ class DemoStage:
 
     def __init__(self, cfg: TrainConfig) -> None:
         warm = cfg.demo.steps > 0 or cfg.demo.pretrain_steps > 0
-        if warm and (cfg.data.task != TASK or cfg.data.train_file):
+        if warm and (cfg.data.task != TASK or cfg.data.train_file or cfg.data.tasks):
             raise ValueError(f"demo: the warm start's teacher knows only the {TASK} task; set data.task={TASK} and "
-                             "no data.train_file, or demo.steps=0 and demo.pretrain_steps=0")
+                             "no data.train_file or data.tasks, or demo.steps=0 and demo.pretrain_steps=0")
         self.cfg = cfg
 
     def model_path(self, rank: int, barrier: Callable[[], None]) -> str:
@@ -55,9 +55,10 @@ class DemoStage:
                                     num_samples=n, seed=seed, distractors=self.cfg.demo.distractors)
 
     def data(self, tokenizer: Any) -> tuple[list[Sample], dict[str, list[Sample]]] | None:
-        """code_lookup training questions and held-out sets keyed "{f}x"; None when data.task is another task."""
+        """code_lookup training questions and held-out sets keyed "{f}x"; None when the data is another task, a
+        task mix or a file."""
         d = self.cfg.data
-        if d.task != TASK or d.train_file:
+        if d.task != TASK or d.train_file or d.tasks:
             return None
         train = self._questions(tokenizer, d.num_train, d.train_chunks, d.seed)
         heldout = {f"{f}x": self._questions(tokenizer, d.num_eval, d.train_chunks * f, d.seed + 1000 * f + 1)

@@ -81,3 +81,36 @@ def test_dynamic_sampling_drops_a_group_whose_totals_differ_but_correctness_does
                          max_refill_rounds=0, refill_oversample_cap=1.0, refill_margin_std=0.5)
     assert [q.index for q in got.questions] == [1]
     assert len(got.generated) == 4
+
+
+MIX = [Sample(context="", question="q", answers=["1111", "2222", "3333", "4444"], task="niah_multivalue"),
+       Sample(context="", question="q", answers=["Tanoia"], task="hotpotqa_synth")]
+
+
+def test_task_verifier_gives_partial_credit_to_a_multi_value_answer_and_whole_credit_to_qa() -> None:
+    """rollout.verifier=task: string_match_all for RULER-style tasks (two of four values: 0.5), the contained rule
+    for QA-like tasks (the gold inside the answer: 1.0; a fragment of it: 0.0)."""
+    scored = [trajectory("The numbers are 1111 and 3333.", 2, index=0), trajectory("She lives in Tanoia.", 2, index=1),
+              trajectory("Tan", 2, index=1)]
+    score_trajectories(scored, MIX, verifier="task", **SHAPING)
+    assert [t.reward.correct for t in scored] == [0.5, 1.0, 0.0]
+
+
+def test_a_partial_credit_group_is_informative_only_when_its_scores_differ() -> None:
+    """Dynamic sampling drops a group whose G scores are all equal, 0.5 each included, and keeps one whose
+    partial scores differ."""
+    answers = {0: ["1111 2222", "3333 4444"], 1: ["1111 2222", "1111 2222 3333"]}  # equal / unequal partial scores
+    samples = [MIX[0], MIX[0]]
+
+    def rollout(questions: list[Sample]) -> list[Trajectory]:
+        return [trajectory(a, 2, index=q) for q in range(len(questions)) for a in answers[q]]
+
+    with pytest.warns(UserWarning, match="lacks 1 of 2 informative groups"):
+        kept = collect_groups(
+            QuestionStream(2, seed=0), samples, 2, rollout=rollout,
+            score=lambda trajs, qs: score_trajectories(trajs, qs, verifier="task", **SHAPING),
+            max_over_ranks=lambda k: k, rank=0, world_size=1, dynamic_sampling=True, max_refill_rounds=0,
+            refill_oversample_cap=1.0, refill_margin_std=0.0)
+    assert [t.reward.correct for t in kept.generated] == [0.5, 0.5, 0.5, 0.75]
+    assert kept.informative_groups == 1 and [t.answer for t in kept.trajectories] == answers[1]
+    assert kept.generated_tasks == ["niah_multivalue"] * 4

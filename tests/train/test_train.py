@@ -196,3 +196,23 @@ def test_a_collective_lost_to_a_dead_rank_ends_in_one_line_naming_it_and_how_to_
     monkeypatch.setattr(train, "main", our_bug)
     with pytest.raises(RuntimeError, match="shape mismatch"):  # any other error keeps its traceback
         train.main_or_lost_rank([])
+
+
+def test_a_task_mix_trains_with_the_task_verifier_and_logs_accuracy_per_task(tmp_path: Path, model_dir: str) -> None:
+    """data.tasks replaces the demo's code_lookup questions, and every task the step drew gets
+    rollout/accuracy/{task}."""
+    out = tmp_path / "mix"
+    smoke(out, model_dir, "--data.tasks", "kv_retrieval:3,kv_last_write", "--rollout.verifier", "task",
+          "--run.steps", "1", "--rollout.batch-size", "4", "--data.eval-chunk-factors", "1")
+    step = next(r for r in records(out) if r.get("step") == 1 and "rollout/accuracy" in r)
+    per_task = {k.removeprefix("rollout/accuracy/"): v for k, v in step.items() if k.startswith("rollout/accuracy/")}
+    assert per_task and set(per_task) <= {"kv_retrieval", "kv_last_write"}
+    assert all(0.0 <= v <= 1.0 for v in per_task.values())
+    traces = (out / "traces" / "step_000001.txt").read_text()
+    assert "value of key" in traces  # kv questions, not the demo's code_lookup ones
+
+
+def test_a_bad_task_mix_entry_fails_before_any_work_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="'kv_retrieval:x'.*number"):
+        train.main(["--preset", "smoke", "--output-dir", str(tmp_path / "bad"), "--data.tasks", "kv_retrieval:x"])
+    assert not (tmp_path / "bad").exists()
