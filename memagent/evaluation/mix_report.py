@@ -1,0 +1,212 @@
+"""The report of MemAgent's evaluation in small (issue 24, preset smollm2-mix; docs/evaluation.md): the score
+tables in the shape of MemAgent's main results (arXiv 2507.02259: a row per model, a column per task and length),
+the target check under them, each seed's training curve by step, and optionally the accuracy-vs-length figure
+(memagent/evaluation/mix_figure.py).
+
+    python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \\
+        --runs runs/smollm2-mix-seed0 runs/smollm2-mix-seed1 runs/smollm2-mix-seed2 \\
+        --figure docs/figures/smollm2_mix.png --markdown runs/mix-eval/report.md
+
+Reads whatever cells exist (a run stopped part way counts with its n); it never writes under the eval or run dirs
+except the --markdown and --figure paths it is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from memagent.evaluation.figures import read_training_curve
+from memagent.evaluation.mix_figure import draw_mix_figure
+from memagent.evaluation.mix_scores import (
+    MIX_LAYOUT,
+    MixLayout,
+    MixScores,
+    SeedSpread,
+    read_mix_scores,
+    row_average,
+    seed_average_spread,
+    seed_spread,
+)
+from memagent.evaluation.mix_targets import TargetCheck, check_targets
+from memagent.evaluation.plot import pyplot
+from memagent.evaluation.tables import ResultRow
+
+MISSING = "—"
+"""A cell with no scored question yet."""
+
+
+def _table(header: list[str], lines: list[list[str]]) -> str:
+    rendered = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(rendered + ["| " + " | ".join(line) + " |" for line in lines])
+
+
+def cell_text(cell: ResultRow | None, target_n: int) -> str:
+    """"62.5", "62.5 (n=12)" when the cell has fewer than target_n questions, or "—" when it has none."""
+    if cell is None:
+        return MISSING
+    return f"{cell.score:.1f}" if cell.n >= target_n else f"{cell.score:.1f} (n={cell.n})"
+
+
+def spread_text(spread: SeedSpread | None, layout: MixLayout = MIX_LAYOUT) -> str:
+    """"71.2 ± 4.1" (mean ± sample std over the seeds), with "(2 seeds)" / "(1 seed)" when not every seed has
+    it and "n≥12" when a seed's cell is partial; "—" when no seed has it."""
+    if spread is None:
+        return MISSING
+    text = f"{spread.mean:.1f}" if spread.std is None else f"{spread.mean:.1f} ± {spread.std:.1f}"
+    notes = []
+    if len(spread.seeds) < len(layout.seeds):
+        notes.append(f"{len(spread.seeds)} seed{'s' if len(spread.seeds) > 1 else ''}")
+    if min(spread.ns) < layout.target_n:
+        notes.append(f"n≥{min(spread.ns)}")
+    return text + (f" ({', '.join(notes)})" if notes else "")
+
+
+def score_table(scores: MixScores, tasks: tuple[str, ...], lengths: tuple[int, ...],
+                layout: MixLayout = MIX_LAYOUT) -> str:
+    """Markdown: a column per (task, length) and an average column; a row per model, then the RL mean ± spread."""
+    cells = [(task, length) for task in tasks for length in lengths]
+    header = ["model", *(f"{task} {layout.times(length)}" for task, length in cells), "average"]
+    lines = []
+    for row in layout.rows:
+        average = row_average(scores, row, cells)
+        average_text = MISSING if average is None else (
+            f"{average.score:.1f}" if average.fewest_n >= layout.target_n
+            else f"{average.score:.1f} (n≥{average.fewest_n})")
+        lines.append([row.label, *(cell_text(scores.cell(row, t, n), layout.target_n) for t, n in cells),
+                      average_text])
+    lines.append(["**RL mean ± std**", *(spread_text(seed_spread(scores, t, n, layout), layout) for t, n in cells),
+                  spread_text(seed_average_spread(scores, cells, layout), layout)])
+    return _table(header, lines)
+
+
+def tables_markdown(scores: MixScores, layout: MixLayout = MIX_LAYOUT) -> str:
+    """Both score tables with their captions."""
+    lengths = ", ".join(f"{layout.times(n)} = {n}" for n in layout.train_lengths)
+    caption = (
+        f"Score in percent (the primary metric x 100, docs/evaluation.md) on the same questions for every row. "
+        f"Lengths in multiples of the {layout.training_length}-token training length ({lengths} document tokens). "
+        f"A cell with fewer than {layout.target_n} questions shows its n; {MISSING}: not evaluated yet. The "
+        f"full-context baseline reads each document middle-truncated to its {layout.window}-token window. "
+        f"RL mean ± std: the mean over the seeds that have the cell ± the sample standard deviation over them "
+        f"(n - 1); a cell that not every seed has says how many (one seed: its value, no spread). Average: over "
+        f"the row's cells, only when it has all of them (for the RL mean, over the seeds that have all).")
+    return "\n\n".join([
+        "### Training tasks", score_table(scores, layout.train_tasks, layout.train_lengths, layout),
+        "### Held-out tasks (never trained on)",
+        score_table(scores, layout.heldout_tasks, layout.heldout_lengths, layout), caption])
+
+
+def targets_markdown(checks: list[TargetCheck]) -> str:
+    """One bullet per target: verdict, what it asks, and the cells that decided it."""
+    lines = ["### Target check (on the RL mean over the seeds)", ""]
+    for check in checks:
+        reasons = [why for why, flag in (("partial cells", check.partial_cells),
+                                         ("not every seed", check.missing_seeds)) if flag]
+        verdict = check.status.value + (f" (provisional: {', '.join(reasons)})" if reasons else "")
+        lines.append(f"- **{check.name} {verdict}**: {check.target} ({check.detail}).")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class CurveColumn:
+    """One metrics.jsonl field by RL step, in the unit the report shows."""
+
+    label: str
+    by_step: dict[int, float]
+
+
+@dataclass(frozen=True)
+class TrainingCurves:
+    """A train.py run's sampled rollout metrics by step."""
+
+    metrics: Path
+    columns: tuple[CurveColumn, ...]
+    """Only the fields the run logged."""
+
+
+def read_curves(run_dir: str | Path, tasks: tuple[str, ...] = MIX_LAYOUT.train_tasks) -> TrainingCurves:
+    """Accuracy (overall and per task, percent), mean memory and answer length (tokens) from run_dir/metrics.jsonl."""
+    metrics = Path(run_dir) / "metrics.jsonl"
+    if not metrics.is_file():
+        raise ValueError(f"--runs {run_dir}: no metrics.jsonl in it")
+    fields = [("accuracy %", "rollout/accuracy", 100.0),
+              *((f"{task} %", f"rollout/accuracy/{task}", 100.0) for task in tasks),
+              ("memory tokens", "rollout/memory_len", 1.0), ("answer tokens", "rollout/answer_len", 1.0)]
+    columns = []
+    for label, key, scale in fields:
+        steps, values = read_training_curve(metrics, key)
+        if steps:
+            columns.append(CurveColumn(label, {s: scale * v for s, v in zip(steps, values)}))
+    return TrainingCurves(metrics, tuple(columns))
+
+
+def curves_markdown(curves: TrainingCurves) -> str:
+    """A table with a row per logged step and a column per field."""
+    title = f"### Training curve: {curves.metrics}"
+    steps = sorted({step for column in curves.columns for step in column.by_step})
+    if not steps:
+        return f"{title}\n\nNo RL step logged yet."
+    lines = [[str(step), *(f"{c.by_step[step]:.1f}" if step in c.by_step else MISSING for c in curves.columns)]
+             for step in steps]
+    note = "Sampled training rollouts (temperature 1, the training verifier), refills included."
+    return "\n\n".join([title, _table(["step", *(c.label for c in curves.columns)], lines), note])
+
+
+def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: MixLayout = MIX_LAYOUT) -> str:
+    """The whole report: tables, target check, training curves."""
+    parts = ["## MemAgent's evaluation in small: SmolLM2-135M-Instruct, smollm2-mix", tables_markdown(scores, layout),
+             targets_markdown(check_targets(scores, layout)), *(curves_markdown(c) for c in curves)]
+    return "\n\n".join(parts) + "\n"
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--eval-dir", required=True, help="dir of {row}-{length} evaluate.py output dirs")
+    parser.add_argument("--runs", nargs="*", default=[], help="train.py output dirs (their metrics.jsonl)")
+    parser.add_argument("--markdown", help="file to write the report to (default: stdout)")
+    parser.add_argument("--figure", help="PNG of accuracy against length (needs matplotlib)")
+    parser.add_argument("--target-n", type=int, default=MIX_LAYOUT.target_n, help="questions in a finished cell")
+    args = parser.parse_args(argv)
+    if args.target_n < 1:
+        parser.error(f"--target-n {args.target_n}: must be at least 1")
+    if args.figure:
+        try:  # before the reading, so a missing matplotlib costs nothing
+            pyplot()
+        except RuntimeError as e:
+            parser.error(f"--figure {args.figure}: {e}")
+    layout = MixLayout(target_n=args.target_n)
+    scores = read_mix_scores(args.eval_dir, layout)
+    curves = []
+    for run in args.runs:
+        if not Path(run).is_dir():  # `ls -d runs/smollm2-mix-seed*` also lists the runs' .log files
+            print(f"skipping --runs {run}: not a directory", file=sys.stderr)
+            continue
+        curves.append(read_curves(run, layout.train_tasks))
+    text = report_markdown(scores, curves, layout)
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(text, encoding="utf-8")
+        print(f"wrote {args.markdown}", file=sys.stderr)
+    else:
+        print(text, end="")
+    if args.figure:
+        print(f"wrote {draw_mix_figure(scores, args.figure, layout)}", file=sys.stderr)
+    return text
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """main(), with a bad file or value (ValueError, OSError) reported as one `error:` line and exit status 2, as
+    the other command lines do (docs/evaluation.md, "Errors from the command lines")."""
+    try:
+        main(argv)
+    except (ValueError, OSError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    cli()
