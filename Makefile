@@ -123,7 +123,7 @@ smollm2-mix: $(STAMP)
 
 smollm2-mix-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \
-		--runs $$(ls -d runs/smollm2-mix-seed* 2>/dev/null) --markdown runs/mix-eval/report.md \
+		--runs $$(ls -d runs/smollm2-mix-seed*/ 2>/dev/null) --markdown runs/mix-eval/report.md \
 		--figure docs/figures/smollm2_mix.png
 
 clean:
