@@ -50,7 +50,7 @@ def draw_mix_figure(scores: MixScores, out: str | Path, layout: MixLayout = MIX_
             _plot_seed_mean(ax, scores, task, lengths, layout)
             if layout.window < max(lengths):  # the baseline truncates beyond this line
                 ax.axvline(layout.window, color="grey", linestyle=":", linewidth=1,
-                           label=f"the baseline's {layout.window}-token window")
+                           label=f"the full-context {layout.window}-token window")
             ax.set_xscale("log", base=2)
             ax.set_xticks(lengths, [f"{n}\n{layout.times(n)}" for n in lengths])
             ax.minorticks_off()

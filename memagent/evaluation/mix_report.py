@@ -1,6 +1,6 @@
 """The report of MemAgent's evaluation in small (issue 24, preset smollm2-mix; docs/evaluation.md): the score
-tables in the shape of MemAgent's main results (arXiv 2507.02259: a row per model, a column per task and length),
-the target check under them, each seed's training curve by step, and optionally the accuracy-vs-length figure
+tables of MemAgent's main results (arXiv 2507.02259) turned on their side (a row per task and length, a column per
+model, the RL mean over the seeds and its gain over the untrained model), the target check under them, each seed's training curve by step, and optionally the accuracy-vs-length figure
 (memagent/evaluation/mix_figure.py).
 
     python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \\
@@ -14,6 +14,7 @@ except the --markdown and --figure paths it is given.
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,10 @@ from memagent.evaluation.mix_scores import (
     MIX_LAYOUT,
     MixLayout,
     MixScores,
+    RowAverage,
     SeedSpread,
     read_mix_scores,
+    rl_gain,
     row_average,
     seed_average_spread,
     seed_spread,
@@ -64,35 +67,47 @@ def spread_text(spread: SeedSpread | None, layout: MixLayout = MIX_LAYOUT) -> st
     return text + (f" ({', '.join(notes)})" if notes else "")
 
 
+def average_text(average: RowAverage | None, target_n: int) -> str:
+    """"62.5", "62.5 (n≥12)" when one of its cells has fewer than target_n questions, or "—" when it has none."""
+    if average is None:
+        return MISSING
+    return f"{average.score:.1f}" if average.fewest_n >= target_n else f"{average.score:.1f} (n≥{average.fewest_n})"
+
+
+def gain_text(gain: float | None) -> str:
+    """"+12.5" points, or "—" when there is none."""
+    return MISSING if gain is None else f"{gain:+.1f}"
+
+
 def score_table(scores: MixScores, tasks: tuple[str, ...], lengths: tuple[int, ...],
                 layout: MixLayout = MIX_LAYOUT) -> str:
-    """Markdown: a column per (task, length) and an average column; a row per model, then the RL mean ± spread."""
+    """Markdown: a row per (task, length) and a last row of averages; a column per model, then the RL mean ±
+    spread and its gain over the untrained model."""
     cells = [(task, length) for task in tasks for length in lengths]
-    header = ["model", *(f"{task} {layout.times(length)}" for task, length in cells), "average"]
-    lines = []
-    for row in layout.rows:
-        average = row_average(scores, row, cells)
-        average_text = MISSING if average is None else (
-            f"{average.score:.1f}" if average.fewest_n >= layout.target_n
-            else f"{average.score:.1f} (n≥{average.fewest_n})")
-        lines.append([row.label, *(cell_text(scores.cell(row, t, n), layout.target_n) for t, n in cells),
-                      average_text])
-    lines.append(["**RL mean ± std**", *(spread_text(seed_spread(scores, t, n, layout), layout) for t, n in cells),
-                  spread_text(seed_average_spread(scores, cells, layout), layout)])
+    header = ["task", "tokens (x train)", *(row.label for row in layout.rows), "RL mean ± std", "RL − untrained"]
+    lines = [[task, f"{length} ({layout.times(length)})",
+              *(cell_text(scores.cell(row, task, length), layout.target_n) for row in layout.rows),
+              spread_text(seed_spread(scores, task, length, layout), layout),
+              gain_text(rl_gain(scores, task, length, layout))] for task, length in cells]
+    gains = [rl_gain(scores, task, length, layout) for task, length in cells]
+    mean_gain = statistics.fmean(gains) if cells and None not in gains else None
+    lines.append(["average", "", *(average_text(row_average(scores, row, cells), layout.target_n)
+                                   for row in layout.rows),
+                  spread_text(seed_average_spread(scores, cells, layout), layout), gain_text(mean_gain)])
     return _table(header, lines)
 
 
 def tables_markdown(scores: MixScores, layout: MixLayout = MIX_LAYOUT) -> str:
     """Both score tables with their captions."""
-    lengths = ", ".join(f"{layout.times(n)} = {n}" for n in layout.train_lengths)
     caption = (
-        f"Score in percent (the primary metric x 100, docs/evaluation.md) on the same questions for every row. "
-        f"Lengths in multiples of the {layout.training_length}-token training length ({lengths} document tokens). "
-        f"A cell with fewer than {layout.target_n} questions shows its n; {MISSING}: not evaluated yet. The "
-        f"full-context baseline reads each document middle-truncated to its {layout.window}-token window. "
+        f"Score in percent (the primary metric x 100, docs/evaluation.md) on the same questions in every column. "
+        f"Tokens: document tokens, in brackets as a multiple of the {layout.training_length}-token training "
+        f"length. A cell with fewer than {layout.target_n} questions shows its n; {MISSING}: not evaluated yet. "
+        f"The full-context baseline reads each document middle-truncated to its {layout.window}-token window. "
         f"RL mean ± std: the mean over the seeds that have the cell ± the sample standard deviation over them "
-        f"(n - 1); a cell that not every seed has says how many (one seed: its value, no spread). Average: over "
-        f"the row's cells, only when it has all of them (for the RL mean, over the seeds that have all).")
+        f"(n - 1); a cell that not every seed has says how many (one seed: its value, no spread). RL − untrained: "
+        f"the RL mean minus the untrained score, in points, where both exist. Average: over the column's cells, "
+        f"only when it has all of them (for the RL mean, over the seeds that have all).")
     return "\n\n".join([
         "### Training tasks", score_table(scores, layout.train_tasks, layout.train_lengths, layout),
         "### Held-out tasks (never trained on)",

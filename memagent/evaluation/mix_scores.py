@@ -34,7 +34,7 @@ class MixRow:
 SEED_ROWS = (MixRow("seed0", "seed 0", "memagent"), MixRow("seed1", "seed 1", "memagent"),
              MixRow("seed2", "seed 2", "memagent"))
 UNTRAINED = MixRow("untrained", "untrained", "memagent")
-BASELINE = MixRow("baseline", "full-context baseline", "full-context")
+BASELINE = MixRow("baseline", "full-context", "full-context")
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class MixLayout:
         return (UNTRAINED, BASELINE, *self.seeds)
 
     def times(self, length: int) -> str:
-        """Column label of a length as a multiple of the training length: 2048 -> "4x"."""
+        """A length as a multiple of the training length: 2048 -> "4x"."""
         return f"{length / self.training_length:g}x"
 
 
@@ -142,6 +142,12 @@ def seed_spread(scores: MixScores, task: str, length: int, layout: MixLayout = M
     if not found:
         return None
     return SeedSpread(tuple(name for name, _ in found), tuple(c.score for _, c in found), tuple(c.n for _, c in found))
+
+
+def rl_gain(scores: MixScores, task: str, length: int, layout: MixLayout = MIX_LAYOUT) -> float | None:
+    """Points of the RL mean over the seeds above the untrained model in one cell, or None unless both exist."""
+    spread, untrained = seed_spread(scores, task, length, layout), scores.cell(UNTRAINED, task, length)
+    return None if spread is None or untrained is None else spread.mean - untrained.score
 
 
 @dataclass(frozen=True)

@@ -46,13 +46,25 @@ def write_cell(eval_dir: Path, row: str, task: str, length: int, scores: list[fl
                 "em": None, "f1": None, "num_chunks": length // 256, "error": None, "wall_s": 1.0}) + "\n")
 
 
-def table_cells(table: str, label: str) -> list[str]:
-    """The cells of the table row whose first cell is `label`, without it."""
+def split_row(line: str) -> list[str]:
+    """The cells of one markdown table line."""
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def table_cells(table: str, *labels: str) -> list[str]:
+    """The cells of the first table row that starts with the cells `labels`, without them."""
     for line in table.splitlines():
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        if cells[0] == label:
-            return cells[1:]
-    raise AssertionError(f"no row {label!r} in\n{table}")
+        cells = split_row(line)
+        if cells[: len(labels)] == list(labels):
+            return cells[len(labels):]
+    raise AssertionError(f"no row {labels!r} in\n{table}")
+
+
+def table_column(table: str, header: str) -> list[str]:
+    """The cells under `header`, top to bottom (the last one is the average row's), in a table and nothing else."""
+    header_line, _, *body = table.splitlines()
+    column = split_row(header_line).index(header)
+    return [split_row(line)[column] for line in body]
 
 
 # Reading and the tables --------------------------------------------------------------------------------------------
@@ -61,17 +73,21 @@ def test_partial_cell_shows_its_n_and_missing_cell_shows_a_dash(tmp_path) -> Non
     write_cell(tmp_path, "untrained", "niah_single_1", 512, [1.0, 0.0])
     write_cell(tmp_path, "untrained", "niah_single_1", 32768, [0.5])
     table = score_table(read_mix_scores(tmp_path, SMALL), SMALL.train_tasks, SMALL.train_lengths, SMALL)
-    assert "niah_single_1 1x" in table.splitlines()[0] and "niah_single_1 64x" in table.splitlines()[0]
-    assert table_cells(table, "untrained") == ["50.0", "50.0 (n=1)", "50.0 (n≥1)"]
-    assert table_cells(table, "seed 0") == ["—", "—", "—"]
-    assert table_cells(table, "**RL mean ± std**") == ["—", "—", "—"]
+    assert table.splitlines()[0] == ("| task | tokens (x train) | untrained | full-context | seed 0 | seed 1 | seed 2 "
+                                     "| RL mean ± std | RL − untrained |")
+    assert table_column(table, "task") == ["niah_single_1", "niah_single_1", "average"]
+    assert table_column(table, "tokens (x train)") == ["512 (1x)", "32768 (64x)", ""]
+    assert table_column(table, "untrained") == ["50.0", "50.0 (n=1)", "50.0 (n≥1)"]
+    for column in ("full-context", "seed 0", "RL mean ± std", "RL − untrained"):
+        assert table_column(table, column) == ["—", "—", "—"]
 
 
-def test_rl_mean_and_sample_std_over_seeds_match_a_hand_computation(tmp_path) -> None:
+def test_rl_mean_sample_std_gain_and_averages_match_a_hand_computation(tmp_path) -> None:
     for seed, scores in (("seed0", [0.5, 0.5]), ("seed1", [1.0, 0.5]), ("seed2", [1.0, 1.0])):
         write_cell(tmp_path, seed, "niah_single_1", 512, scores)
     write_cell(tmp_path, "seed0", "niah_single_1", 32768, [0.2, 0.4])
     write_cell(tmp_path, "seed2", "niah_single_1", 32768, [0.8, 0.6])
+    write_cell(tmp_path, "untrained", "niah_single_1", 512, [0.5, 0.0])
     scores = read_mix_scores(tmp_path, SMALL)
     # 50, 75, 100 -> mean 75, sample std sqrt((25^2 + 0 + 25^2) / 2) = 25
     assert seed_spread(scores, "niah_single_1", 512, SMALL).mean == pytest.approx(75.0)
@@ -79,9 +95,19 @@ def test_rl_mean_and_sample_std_over_seeds_match_a_hand_computation(tmp_path) ->
     table = score_table(scores, SMALL.train_tasks, SMALL.train_lengths, SMALL)
     # 64x: seeds 0 and 2 only, 30 and 70 -> 50 ± sqrt(2) * 20; average: seed0 (50 + 30) / 2, seed2 (100 + 70) / 2
     seed_averages = [40.0, 85.0]
-    assert table_cells(table, "**RL mean ± std**") == [
+    assert table_column(table, "RL mean ± std") == [
         "75.0 ± 25.0", f"50.0 ± {2 ** 0.5 * 20:.1f} (2 seeds)",
         f"{statistics.fmean(seed_averages):.1f} ± {statistics.stdev(seed_averages):.1f} (2 seeds)"]
+    assert table_column(table, "seed 1") == ["75.0", "—", "—"]
+    # RL − untrained: 75 - 25 at 1x; 64x has no untrained score, so neither it nor the average has a gain
+    assert table_column(table, "RL − untrained") == ["+50.0", "—", "—"]
+    write_cell(tmp_path, "untrained", "niah_single_1", 32768, [0.6, 0.6])  # 50 - 60 at 64x
+    table = score_table(read_mix_scores(tmp_path, SMALL), SMALL.train_tasks, SMALL.train_lengths, SMALL)
+    assert table_column(table, "RL − untrained") == ["+50.0", "-10.0", f"{statistics.fmean([50.0, -10.0]):+.1f}"]
+    # averages: untrained (25 + 60) / 2, seeds 0 and 2 as above, seed 1 lacks 64x
+    assert table_cells(table, "average") == [
+        "", "42.5", "—", "40.0", "—", "85.0",
+        f"{statistics.fmean(seed_averages):.1f} ± {statistics.stdev(seed_averages):.1f} (2 seeds)", "+20.0"]
 
 
 def test_a_single_seed_shows_its_value_without_spread(tmp_path) -> None:
@@ -89,7 +115,7 @@ def test_a_single_seed_shows_its_value_without_spread(tmp_path) -> None:
     scores = read_mix_scores(tmp_path, SMALL)
     assert seed_spread(scores, "niah_single_1", 512, SMALL).std is None
     table = score_table(scores, SMALL.train_tasks, SMALL.train_lengths, SMALL)
-    assert table_cells(table, "**RL mean ± std**")[0] == "75.0 (1 seed)"
+    assert table_cells(table, "niah_single_1", "512 (1x)") == ["—", "—", "—", "75.0", "—", "75.0 (1 seed)", "—"]
 
 
 def test_only_the_rows_own_method_counts_and_foreign_dirs_are_ignored(tmp_path) -> None:
@@ -255,7 +281,7 @@ def test_cli_writes_tables_targets_and_curves_and_skips_a_run_that_is_no_directo
     text = out.read_text()
     for heading in ("### Training tasks", "### Held-out tasks", "### Target check", "### Training curve"):
         assert heading in text
-    assert table_cells(text, "untrained")[0] == "50.0"
+    assert table_cells(text, "niah_single_1", "512 (1x)")[0] == "50.0"
     verdicts = [line.split("**")[1] for line in text.splitlines() if line.startswith("- **(")]
     assert verdicts == [f"{name} not measured yet" for name in ("(a)", "(b)", "(c)", "(d)")]
     assert "skipping --runs" in capsys.readouterr().err
