@@ -43,11 +43,13 @@ class Reward:
     """Verifier score of the final answer: 1/0 strict, or in [0, 1] lenient. Dynamic sampling filters on it."""
     overlong: float = 0.0
     """DAPO's soft overlong penalty on the answer length (<= 0; 0 with shaping off), docs/rl-math.md §4."""
+    read_cost: float = 0.0
+    """Gated memory's efficiency term, -lambda x chunks read / chunks in the document (<= 0; 0 when off), docs/gates.md."""
 
     @property
     def total(self) -> float:
         """The scalar the group advantage is computed from."""
-        return self.correct + self.overlong
+        return self.correct + self.overlong + self.read_cost
 
 
 MEMORY = "memory"
@@ -79,6 +81,10 @@ class Conversation:
     """Index of the chunk this memory update read; -1 for answers and generic turns."""
     text: str = ""
     """Decoded response; for a memory update this is the memory after this step."""
+    decision: str = ""
+    """A gated memory update's decision (docs/gates.md): KEEP, UPDATE, ANSWER or UNPARSED; "" without gates."""
+    decision_tokens: int = 0
+    """Leading response tokens spent on that decision (all of a KEEP or ANSWER response); the rest wrote memory."""
 
     def __post_init__(self) -> None:
         n = len(self.response_ids)
@@ -108,7 +114,10 @@ class Trajectory:
     answer: str = ""
     """Decoded final answer text."""
     num_chunks: int = 0
-    """Number of document chunks read (after any training-time center truncation)."""
+    """Number of document chunks read (after any training-time center truncation): one per memory update, fewer
+    than document_chunks when the exit gate stopped reading or a request failed."""
+    document_chunks: int = 0
+    """Number of chunks of the document as the workflow would read it whole (after any center truncation)."""
     document_tokens: int = 0
     """Token length of the whole document in the policy tokenizer, before any truncation."""
     reward: Reward | None = None
@@ -134,6 +143,22 @@ class Trajectory:
         return len(answers[-1].response_ids) if answers else 0
 
     @property
+    def decisions(self) -> list[str]:
+        """Per memory update, in chunk order: its gate decision ("" without gates)."""
+        return [c.decision for c in self.conversations if c.kind == MEMORY]
+
+    @property
+    def memory_tokens_generated(self) -> int:
+        """Response tokens that wrote memory, over all memory updates: decision tokens excluded, so a KEEP or ANSWER
+        round adds 0."""
+        return sum(len(c.response_ids) - c.decision_tokens for c in self.conversations if c.kind == MEMORY)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Response tokens of every conversation (decisions, memories and the answer)."""
+        return sum(len(c.response_ids) for c in self.conversations)
+
+    @property
     def mean_memory_tokens(self) -> float:
         """Mean response tokens of the memory updates (0.0 when there are none)."""
         sizes = [len(c.response_ids) for c in self.conversations if c.kind == MEMORY]
@@ -148,6 +173,9 @@ class ChatRequest:
     """OpenAI-style messages, e.g. ({"role": "user", "content": "..."},); the backend adds the generation prompt."""
     max_new_tokens: int
     """Cap on generated tokens for this request (memory budget, answer budget, ...)."""
+    stop_texts: tuple[str, ...] = ()
+    """Generation ends as soon as the response so far, stripped, equals one of these (the gate decisions KEEP and
+    ANSWER, docs/gates.md). The local engine stops there; an HTTP backend ignores them (the agent reads the first line)."""
 
 
 @dataclass

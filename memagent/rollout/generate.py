@@ -31,6 +31,11 @@ Cancellation (`cancelled`: the server's requests past their timeout). The caller
 row; the loop reads the set ones on the host once per step, stops those rows as if they had reached their limit and
 drops them from the batch and the cache at once, so the other rows go on as they would have without them.
 
+Stop rules (`stop_rules`: the gate decisions KEEP and ANSWER, docs/gates.md). A row may carry a function of the ids it
+has sampled so far, asked after each of its tokens whether the row ends there (as at an EOS: finished, last token
+kept). It reads the row's ids on the host, so the step that asks makes one device read; a rule that answers False
+(this row can no longer end that way) is never asked again, which bounds the host work to a row's first few tokens.
+
 Not done, on purpose: torch.compile / CUDA graphs for decode (no GPU measurement yet), and trimming left padding
 once the longest prompts finish.
 """
@@ -38,7 +43,7 @@ once the longest prompts finish.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -51,6 +56,10 @@ from memagent.rollout.sampling import SamplingParams, sample_next_token
 
 PLAIN_SAMPLING = SamplingParams()
 """The default rule: softmax sampling at temperature 1, no truncation."""
+
+StopRule = Callable[[list[int]], bool | None]
+"""Given the ids a row sampled so far: True = the row ends with its last token (finished, as at an EOS); None =
+undecided, ask again after the next token; False = it cannot end this way any more, never ask again."""
 
 COMPACT_FRACTION = 0.25
 """Stopped rows leave the batch (and the KV cache) once they are this fraction of it. Dropping a row copies the whole
@@ -94,6 +103,25 @@ def _check_inputs(
     else:
         eos = list(eos_token_id)
     return limits, eos
+
+
+def _rule_stops(ids: Tensor, rows: Tensor, rules: dict[int, StopRule], sampled: dict[int, list[int]]) -> list[int]:
+    """Input rows whose stop rule ends them at this step's token; rules that decide leave `rules`.
+
+    ids, rows: [b] this step's token and the input index of each resident row; a stopped row has left `rules`.
+    """
+    ended = []
+    for row, token in zip(rows.tolist(), ids.tolist()):
+        rule = rules.get(row)
+        if rule is None:
+            continue
+        sampled[row].append(token)
+        verdict = rule(sampled[row])
+        if verdict is not None:
+            del rules[row]
+            if verdict:
+                ended.append(row)
+    return ended
 
 
 def _newly_cancelled(cancelled: Sequence[threading.Event], watched: set[int]) -> list[int]:
@@ -146,6 +174,7 @@ def _decode(
     min_shared_prefix: int,
     preallocate_kv: bool,
     cancelled: Sequence[threading.Event] | None,
+    stop_rules: Sequence[StopRule | None] | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run prefill (memagent.rollout.prefill) and the decode loop; every limit must be >= 1.
 
@@ -188,6 +217,8 @@ def _decode(
     alive = torch.ones(batch, dtype=torch.bool, device=device)  # [b] resident rows still generating
     host_limits = set(limits)  # tells, without reading the device, at which steps some row may hit its limit
     watched = set(range(batch)) if cancelled is not None else set()  # rows whose cancel event is still unseen
+    rules = {i: rule for i, rule in enumerate(stop_rules or ()) if rule is not None}  # rows whose rule is undecided
+    sampled: dict[int, list[int]] = {i: [] for i in rules}  # their ids so far, on the host
     running, resident = batch, batch
 
     for step in range(steps):
@@ -200,13 +231,17 @@ def _decode(
         tokens[rows, step] = ids
         logprobs[rows, step] = lps
         at_limit = step + 1 in host_limits
-        hit_eos = torch.isin(ids, eos_ids) if eos else None
-        if hit_eos is None and not at_limit:
+        natural_end = torch.isin(ids, eos_ids) if eos else None  # [b] an EOS, or a stop rule below
+        by_rule = _rule_stops(ids, rows, rules, sampled) if rules else []
+        if by_rule:  # a rule's stop is a natural end, like an EOS
+            rule_end = torch.isin(rows, torch.tensor(by_rule, device=device))
+            natural_end = rule_end if natural_end is None else natural_end | rule_end
+        if natural_end is None and not at_limit:
             done = None  # nobody can stop at this step: no device read at all
-        elif hit_eos is None:
+        elif natural_end is None:
             done = row_limits == step + 1
         else:
-            done = hit_eos | (row_limits == step + 1) if at_limit else hit_eos
+            done = natural_end | (row_limits == step + 1) if at_limit else natural_end
         cut = _newly_cancelled(cancelled, watched) if watched else []
         if cut:  # these rows end with this step's token, as at their limit
             cancel = torch.isin(rows, torch.tensor(cut, device=device))
@@ -217,8 +252,10 @@ def _decode(
             if stopping:
                 stopped = rows[done]
                 lengths[stopped] = step + 1
-                if hit_eos is not None:
-                    finished[stopped] = hit_eos[done]
+                if natural_end is not None:
+                    finished[stopped] = natural_end[done]
+                for row in stopped.tolist() if rules else ():  # a rule is asked only about its row's own tokens
+                    rules.pop(row, None)
                 alive = alive & ~done
                 running -= stopping
                 if running == 0:
@@ -257,6 +294,7 @@ def generate(
     min_shared_prefix: int = 32,
     preallocate_kv: bool = True,
     cancelled: Sequence[threading.Event] | None = None,
+    stop_rules: Sequence[StopRule | None] | None = None,
 ) -> GenerateOutput:
     """Sample continuations of token-id prompts with a Hugging Face causal LM and a DynamicCache.
 
@@ -274,6 +312,8 @@ def generate(
     concatenating DynamicCache; the same numbers, less copying per decode step. cancelled: one event per prompt, or
     None; a row whose event is set stops at the next decode step with the tokens it has (finished False unless the
     last is an EOS) and leaves the batch, and a row whose event is set before the call never enters it.
+    stop_rules: one `StopRule` (or None) per prompt, or None; a row whose rule says True ends with that token,
+    finished True (see the module docstring).
     The model runs on the device of its parameters; its train/eval mode is left as the caller set it.
     """
     if vocab_size is not None and vocab_size < 1:
@@ -285,6 +325,8 @@ def generate(
     limits, eos = _check_inputs(prompts, max_new_tokens, eos_token_id)
     if cancelled is not None and len(cancelled) != len(prompts):
         raise ValueError(f"generate: cancelled has {len(cancelled)} events for {len(prompts)} prompts; one per prompt")
+    if stop_rules is not None and len(stop_rules) != len(prompts):
+        raise ValueError(f"generate: stop_rules has {len(stop_rules)} entries for {len(prompts)} prompts; one per prompt")
     tokens: list[list[int]] = [[] for _ in prompts]
     logprobs = [torch.zeros(0, dtype=torch.float32) for _ in prompts]
     finished = [False] * len(prompts)
@@ -295,6 +337,7 @@ def generate(
             model, [prompts[i] for i in active], [limits[i] for i in active], eos, params, generator, pad_token_id,
             vocab_size, prefill_chunk_tokens, share_prefill, min_shared_prefix, preallocate_kv,
             None if cancelled is None else [cancelled[i] for i in active],
+            None if stop_rules is None else [stop_rules[i] for i in active],
         )
         # Own copies, so that a row's log-probs do not keep the whole [B, S] buffer alive.
         for row, (i, n) in enumerate(zip(active, lengths.tolist())):

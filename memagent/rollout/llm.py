@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from memagent.model.shape import ModelShape, rows_per_call, shape_from_config, tokens_per_row_within
 from memagent.records import ChatRequest, Completion
-from memagent.rollout.generate import PLAIN_SAMPLING, generate
+from memagent.rollout.generate import PLAIN_SAMPLING, StopRule, generate
 from memagent.rollout.sampling import SamplingParams
 
 END_TOKENS = ("<|im_end|>", "<|endoftext|>")
@@ -45,6 +45,19 @@ def stop_token_ids(tokenizer: PreTrainedTokenizerBase) -> list[int]:
     return ids
 
 
+def whole_response_stop(tokenizer: PreTrainedTokenizerBase, texts: tuple[str, ...]) -> StopRule:
+    """The engine's rule for ChatRequest.stop_texts: end the row once its decoded response, stripped, is one of
+    `texts`; give up (False) once it is no prefix of any, so only a row's first few tokens are ever decoded."""
+
+    def rule(ids: list[int]) -> bool | None:
+        so_far = tokenizer.decode(ids, skip_special_tokens=True).strip()
+        if so_far in texts:
+            return True
+        return None if any(text.startswith(so_far) for text in texts) else False
+
+    return rule
+
+
 class LocalLLM:
     """A backend that renders chats with the tokenizer's chat template and samples with `generate`.
 
@@ -53,7 +66,8 @@ class LocalLLM:
     holds, `call_slices`: at paper scale one round can be 128 x 16 prompts of ~7K tokens) with each request's own
     max_new_tokens; responses are decoded with special tokens skipped. The budget bounds the cache's allocated
     bytes: `generate` never holds more than the call's rows x (longest prompt + largest max_new_tokens) positions.
-    The Completion keeps the token ids and behaviour log-probs, which the trainer needs.
+    The Completion keeps the token ids and behaviour log-probs, which the trainer needs. A request's `stop_texts`
+    end its row once the response is one of them (`whole_response_stop`; finished True, like an EOS).
     share_prefill (default True) prefills identical prompts of one call once, and common prefixes of 32+ tokens
     once (`generate`, memagent.rollout.prefill): the G first-round prompts of a MemAgent group are one prefill, and
     in later rounds a group's template and problem are. The scheduler keeps a group's requests contiguous, so they share
@@ -152,6 +166,8 @@ class LocalLLM:
         prompts = [self.render(r) for r in requests]
         pad = self.tokenizer.pad_token_id
         limits = [r.max_new_tokens for r in requests]
+        rules = [whole_response_stop(self.tokenizer, r.stop_texts) if r.stop_texts else None for r in requests]
+        any_rule = any(rule is not None for rule in rules)
         sampled: list[list[int]] = []
         sampled_logprobs: list[torch.Tensor] = []
         ended: list[bool] = []
@@ -168,6 +184,7 @@ class LocalLLM:
                 prefill_chunk_tokens=self.prefill_chunk_tokens,
                 share_prefill=self.share_prefill,
                 cancelled=None if cancelled is None else cancelled[start:end],
+                stop_rules=rules[start:end] if any_rule else None,
             )
             sampled += out.tokens
             sampled_logprobs += out.logprobs

@@ -11,6 +11,10 @@ Question budget: a question longer than `WorkflowConfig.question_tokens` tokens 
 tokens (`fit_question`). Task questions put their instructions first and the query itself last ("... Question:
 who ...?"), so the end is the part to keep; the prompt then stays within question + memory + chunk + template
 tokens, as MemAgent sizes its prompt window (memory.py L33-34).
+
+Gated memory (`WorkflowConfig.gates`, docs/gates.md) is a departure from MemAgent: the memory-update prompt keeps its
+instruction and blocks, and its closing line "Updated memory:" gives way to the decision words on offer
+(`GATE_CHOICES`) and "Decision:". With gates none every prompt is MemAgent's, byte for byte.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
+
+from memagent.rollout.gates import ANSWER_NOW, GATES, KEEP, UPDATE, offered_words
 
 Messages = tuple[dict[str, str], ...]
 
@@ -68,6 +74,26 @@ MemAgent's block order: the G prompts of a group then agree up to the end of the
 of the problem, so the engine prefills the chunk once per group instead of once per trajectory (docs/workflow.md,
 "Section-first prompt")."""
 
+MEMORY_UPDATE_CLOSING = "Updated memory:\n"
+"""The last line of both memory-update templates; a gated prompt replaces it with `GATED_CLOSING`."""
+
+GATE_CHOICES = {
+    KEEP: "KEEP: the section adds nothing that helps to solve the problem, so your memory stays exactly as it is. "
+          "Write nothing after KEEP.",
+    UPDATE: "UPDATE: write the updated memory on the lines after UPDATE.",
+    ANSWER_NOW: "ANSWER: your memory already holds everything needed to solve the problem, so you stop reading and "
+                "answer from the memory as it is (anything this section adds is not kept). Write nothing after ANSWER.",
+}
+"""One line per decision word of a gated prompt (docs/gates.md), shown in `offered_words` order."""
+
+GATED_CLOSING = """\
+Begin your reply with one decision word alone on its first line:
+{choices}
+
+Decision:
+"""
+"""The end of a gated memory-update prompt; field choices (the `GATE_CHOICES` lines on offer)."""
+
 FINAL_ANSWER_TEMPLATE = """\
 You have read a long article section by section and kept a memory of it. Using only that memory, solve the \
 problem below and put the final answer in \\boxed{{}}.
@@ -104,6 +130,8 @@ class WorkflowConfig:
     """The memory shown with the first chunk (and in the final prompt of an empty document)."""
     section_first: bool = False
     """Departure from MemAgent: put <section> before <memory> so a group's prompts share the chunk's prefill."""
+    gates: str = "none"
+    """Departure from MemAgent (docs/gates.md): a decision word opens each update: none, update, exit or both."""
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
@@ -111,11 +139,18 @@ class WorkflowConfig:
                 raise ValueError(f"workflow.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_chunks is not None and self.max_chunks < 1:
             raise ValueError(f"workflow.max_chunks must be >= 1 or None (no cap), got {self.max_chunks}")
+        if self.gates not in GATES:
+            raise ValueError(f"workflow.gates={self.gates!r}: expected one of {', '.join(GATES)}")
 
     @property
     def max_document_tokens(self) -> int | None:
         """Token cap of a document under center truncation, or None when there is no cap."""
         return None if self.max_chunks is None else self.max_chunks * self.chunk_tokens
+
+    @property
+    def gated(self) -> bool:
+        """Whether memory updates start with a gate decision (docs/gates.md)."""
+        return self.gates != "none"
 
 
 def fit_question(question: str, tokenizer: PreTrainedTokenizerBase, max_tokens: int) -> str:
@@ -131,10 +166,20 @@ def fit_question(question: str, tokenizer: PreTrainedTokenizerBase, max_tokens: 
     return tokenizer.decode(ids[-max_tokens:], skip_special_tokens=True)
 
 
-def render_memory_update(problem: str, memory: str, chunk: str, *, section_first: bool = False) -> str:
-    """The memory-update prompt text for one chunk; section_first picks SECTION_FIRST_MEMORY_UPDATE_TEMPLATE."""
+def render_memory_update(
+    problem: str, memory: str, chunk: str, *, section_first: bool = False, gates: str = "none"
+) -> str:
+    """The memory-update prompt text for one chunk; section_first picks SECTION_FIRST_MEMORY_UPDATE_TEMPLATE.
+
+    gates other than none (docs/gates.md) replace the closing "Updated memory:" line by the decision words on offer.
+    """
     template = SECTION_FIRST_MEMORY_UPDATE_TEMPLATE if section_first else MEMORY_UPDATE_TEMPLATE
-    return template.format(problem=problem, memory=memory, chunk=chunk)
+    text = template.format(problem=problem, memory=memory, chunk=chunk)
+    words = offered_words(gates)
+    if not words:
+        return text
+    choices = "\n".join(GATE_CHOICES[word] for word in words)
+    return text.removesuffix(MEMORY_UPDATE_CLOSING) + GATED_CLOSING.format(choices=choices)
 
 
 def render_final_answer(problem: str, memory: str) -> str:

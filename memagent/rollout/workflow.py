@@ -16,6 +16,13 @@ Documents. Training center-truncates a document to max_chunks * chunk_tokens tok
 (evaluation) nothing is dropped. An empty document has no chunks: the agent answers from the initial memory at
 once. A question longer than question_tokens keeps its last question_tokens tokens (prompts.fit_question).
 
+Gated memory (`config.gates`, docs/gates.md; a departure from MemAgent). Each update response opens with a decision
+word (memagent.rollout.gates): KEEP leaves the memory byte-identical, UPDATE overwrites it with the lines after the
+word, ANSWER (exit gate) stops reading and asks for the answer from the memory as it is; an unparsed first line
+overwrites the memory with the whole response, MemAgent's rule. The engine stops a KEEP or ANSWER response right after
+the word, so the conversation's response tokens are exactly what was sampled. A gated update may generate
+memory_tokens + the tokens of "UPDATE\n" (gates.update_line_tokens). With gates none nothing here changes.
+
 Batching. `run_memagent` runs N questions x G samples as N*G agents under the scheduler, so the k-th memory
 updates of all trajectories are one generation batch; a shorter document asks for its answer earlier, in the
 same batch as the others' updates. Memory: each document is tokenized once into int32 ids shared by its G
@@ -42,6 +49,7 @@ from memagent.rollout.chunking import (
     num_chunks,
     tokenize_document,
 )
+from memagent.rollout.gates import decision_tokens, read_decision, stop_words, update_line_tokens
 from memagent.rollout.llm import LLM
 from memagent.rollout.prompts import (
     WorkflowConfig,
@@ -66,9 +74,11 @@ def prepare_document(
 
 
 def _record(
-    completion: Completion, kind: str, chunk_index: int, text: str, keep_prompt_ids: bool
+    completion: Completion, kind: str, chunk_index: int, text: str, keep_prompt_ids: bool, *,
+    decision: str = "", spent_on_decision: int = 0,
 ) -> Conversation:
     conversation = conversation_from_completion(completion, kind=kind, chunk_index=chunk_index, text=text)
+    conversation.decision, conversation.decision_tokens = decision, spent_on_decision
     if not keep_prompt_ids:
         conversation.prompt_ids = []
     return conversation
@@ -82,21 +92,33 @@ def memagent_agent(
     *,
     keep_prompt_ids: bool = True,
 ) -> Generator[ChatRequest, Completion, AgentResult]:
-    """One MemAgent rollout of one question, as an agent (agents.py): K MEMORY + 1 ANSWER conversations.
+    """One MemAgent rollout of one question, as an agent (agents.py): K MEMORY + 1 ANSWER conversations (with the
+    exit gate, K may stop short of the document's chunks).
 
     document: the text or its token ids (ids within the config's cap are used as given, without a copy).
     """
     problem = fit_question(question, tokenizer, config.question_tokens)
     ids = prepare_document(document, tokenizer, config)
     memory = config.initial_memory
+    budget = config.memory_tokens + (update_line_tokens(tokenizer) if config.gated else 0)
+    stops = stop_words(config.gates)
     conversations: list[Conversation] = []
     for k, chunk in enumerate(iter_chunks(ids, tokenizer, config.chunk_tokens)):
-        prompt = render_memory_update(problem, memory, chunk, section_first=config.section_first)
-        completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=config.memory_tokens)
+        prompt = render_memory_update(problem, memory, chunk, section_first=config.section_first, gates=config.gates)
+        completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=budget, stop_texts=stops)
         if completion.error is not None:
             return AgentResult(conversations=conversations, answer="", error=completion.error)
-        memory = completion.text.strip()  # overwrite: the old memory is gone (docs/workflow.md)
-        conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids))
+        if not config.gated:
+            memory = completion.text.strip()  # overwrite: the old memory is gone (docs/workflow.md)
+            conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids))
+            continue
+        gated = read_decision(completion.text, memory, config.gates)  # KEEP and ANSWER hand back `memory` itself
+        memory = gated.memory
+        spent = decision_tokens(gated.decision, completion.response_ids, tokenizer)
+        conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids, decision=gated.decision,
+                                     spent_on_decision=spent))
+        if gated.stops_reading:  # the exit gate: the answer round runs now, from the memory as it is
+            break
 
     prompt = render_final_answer(problem, memory)
     completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=config.answer_tokens)
@@ -129,12 +151,13 @@ def run_memagent(
         raise ValueError(
             "run_memagent: the LLM backend has no tokenizer; give it the policy's (chunks are in its tokens)"
         )
-    agents, lengths, conversations = [], [], 0
+    agents, lengths, chunks, conversations = [], [], [], 0
     for sample in samples:
         full = tokenize_document(sample.context, tokenizer)  # once per question, shared by its G rollouts
         ids = prepare_document(full, tokenizer, config)
         lengths.append(len(full))
-        conversations += group_size * (num_chunks(len(ids), config.chunk_tokens) + 1)
+        chunks.append(num_chunks(len(ids), config.chunk_tokens))
+        conversations += group_size * (chunks[-1] + 1)  # at most: the exit gate may stop a trajectory early
         agents += [
             memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids)
             for _ in range(group_size)
@@ -150,6 +173,7 @@ def run_memagent(
             conversations=result.conversations,
             answer=result.answer,
             num_chunks=sum(c.kind == MEMORY for c in result.conversations),
+            document_chunks=chunks[i // group_size],
             document_tokens=lengths[i // group_size],
             error=result.error,
         )
