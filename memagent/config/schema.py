@@ -78,6 +78,8 @@ class RolloutConfig:
     """L_cache of the overlong penalty: it ramps linearly over the last this-many tokens of `answer_tokens`."""
     overlong_factor: float = 1.0
     """Penalty at the answer cap (DAPO: 1.0)."""
+    read_cost: float = 0.0
+    """Gated memory's efficiency term lambda: reward -= lambda x chunks read / chunks in the document (0 = off; docs/gates.md)."""
     verifier: str = "strict"
     """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent), lenient (a gold inside the
     answer) or task (by task family: RULER string_match_all with partial credit, lenient for QA; for a task mix)."""
@@ -290,6 +292,10 @@ def validate(cfg: TrainConfig) -> None:
         (r.reuse_logprobs != "on" or r.samples_the_scored_distribution,
          f"rollout.reuse_logprobs=on: the sampler's log-probs are the old policy's only for untruncated sampling at a "
          f"temperature > 0; got temperature={r.temperature}, top_p={r.top_p}, top_k={r.top_k}"),
+        (r.read_cost >= 0, f"rollout.read_cost={r.read_cost} must be >= 0 (0 = off)"),
+        # Without the exit gate every trajectory reads every chunk: the term would be one constant per question.
+        (r.read_cost == 0 or wf.gates in ("exit", "both"),
+         f"rollout.read_cost={r.read_cost} needs workflow.gates exit or both, got {wf.gates!r}"),
         (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
          f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),
         (lo.agg in AGG_MODES, f"loss.agg={lo.agg!r}: expected one of {AGG_MODES}"),

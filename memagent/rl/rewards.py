@@ -9,6 +9,10 @@ also pays for an answer contained in a gold and so teaches a policy to answer a 
 `task` (memagent.verify.task_reward) picks the rule by each question's task family, for a task mix: string_match_all
 for RULER-style tasks (partial credit on multi-answer tasks), the contained rule for QA. Dynamic sampling filters on
 `Reward.correct`, not on the total, so a partial-credit group is informative only when its scores differ.
+
+Gated memory (docs/gates.md) may add an efficiency term, off by default: -read_cost x chunks read / chunks in the
+document (memagent.rl.shaping.read_cost_penalty), so that with the exit gate, of two equally correct trajectories the
+one that stopped reading earlier gets the higher reward. Dynamic sampling ignores it, as it ignores the overlong term.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from memagent.records import Reward, Sample, Trajectory
-from memagent.rl.shaping import overlong_penalty
+from memagent.rl.shaping import overlong_penalty, read_cost_penalty
 from memagent.verify import contained_reward, strict_reward, task_reward
 
 VERIFIERS: dict[str, Callable[[str, Sequence[str]], float]] = {"strict": strict_reward, "lenient": contained_reward}
@@ -37,13 +41,14 @@ def answer_score(verifier: str, response: str, sample: Sample) -> float:
 
 def score_trajectories(
     trajectories: list[Trajectory], samples: list[Sample], *, verifier: str, answer_budget: int,
-    overlong_shaping: bool, overlong_cache_tokens: int, overlong_factor: float,
+    overlong_shaping: bool, overlong_cache_tokens: int, overlong_factor: float, read_cost: float = 0.0,
 ) -> None:
     """Set `traj.reward` of every trajectory (in place); `traj.sample_index` indexes `samples`.
 
     verifier: a name in VERIFIER_NAMES. answer_budget: max new tokens of the answer (L_max of the overlong penalty);
     the penalty ramps over its last `overlong_cache_tokens` tokens down to -overlong_factor, and is 0 when
-    `overlong_shaping` is off. A trajectory with an `error` (a failed LLM call) scores as a wrong answer.
+    `overlong_shaping` is off. read_cost: lambda of the efficiency term (0 = off; `Reward.read_cost`). A trajectory
+    with an `error` (a failed LLM call) scores as a wrong answer.
     """
     if verifier not in VERIFIER_NAMES:
         raise ValueError(f"verifier={verifier!r}: expected one of {VERIFIER_NAMES}")
@@ -53,5 +58,10 @@ def score_trajectories(
         lengths = torch.tensor([t.answer_tokens for t in trajectories], dtype=torch.float64)  # [N]
         penalty = overlong_penalty(lengths, max_len=answer_budget, cache_len=overlong_cache_tokens,
                                    factor=overlong_factor).tolist()
-    for traj, c, p in zip(trajectories, correct, penalty):
-        traj.reward = Reward(correct=c, overlong=p)
+    reading = [0.0] * len(trajectories)
+    if read_cost and trajectories:
+        read = torch.tensor([t.num_chunks for t in trajectories], dtype=torch.float64)  # [N]
+        whole = torch.tensor([t.document_chunks for t in trajectories], dtype=torch.float64)  # [N]
+        reading = read_cost_penalty(read, whole, cost=read_cost).tolist()
+    for traj, c, p, r in zip(trajectories, correct, penalty, reading):
+        traj.reward = Reward(correct=c, overlong=p, read_cost=r)

@@ -4,6 +4,8 @@ overlong_penalty: the soft length penalty added to the correctness reward,
     0                                   for L <= max_len - cache_len
     ((max_len - cache_len) - L) / cache_len * factor   in between (linear, continuous at both ends)
     -factor                             for L >= max_len
+read_cost_penalty: gated memory's optional efficiency term (docs/gates.md; not DAPO's), added like the overlong
+penalty: -cost * chunks_read / document_chunks, so a trajectory that the exit gate stopped early pays less.
 keep_informative_groups: dynamic sampling keeps a question only if its G rewards are not all equal; a group with
 zero reward variance has zero advantage everywhere, so it adds no gradient and only dilutes the normalizer.
 Refilling the batch with new groups is the trainer's job.
@@ -41,6 +43,31 @@ def overlong_penalty(lengths: Tensor, *, max_len: int, cache_len: int, factor: f
     frac = ((max_len - cache_len) - lengths.double()) / cache_len
     out = frac.clamp(-1.0, 0.0) * factor
     return out.to(lengths.dtype if lengths.is_floating_point() else torch.get_default_dtype())
+
+
+def read_cost_penalty(chunks_read: Tensor, document_chunks: Tensor, *, cost: float) -> Tensor:
+    """Efficiency term per trajectory, never positive: -cost x the share of the document's chunks it read.
+
+    Args:
+        chunks_read: [N] integer or float, chunks each trajectory read (>= 0).
+        document_chunks: [N] same kind, chunks of its document (>= chunks_read); 0 (an empty document) gives 0.
+        cost: lambda >= 0, the penalty of reading the whole document.
+    Returns:
+        [N] penalties in [-cost, 0], float (chunks_read's dtype if float, else the default float dtype).
+    """
+    if chunks_read.dim() != 1 or chunks_read.shape != document_chunks.shape:
+        raise ValueError(f"chunks_read and document_chunks: expected two [N] tensors, got shapes "
+                         f"{tuple(chunks_read.shape)} and {tuple(document_chunks.shape)}")
+    if chunks_read.numel() and bool((chunks_read < 0).any()):
+        raise ValueError("chunks_read: expected non-negative counts, got a negative value")
+    if bool((chunks_read > document_chunks).any()):
+        raise ValueError("chunks_read: a trajectory read more chunks than its document_chunks")
+    if not cost >= 0:
+        raise ValueError(f"cost: expected >= 0, got {cost}")
+    read, whole = chunks_read.double(), document_chunks.double()
+    share = torch.where(whole > 0, read / whole.clamp(min=1.0), torch.zeros_like(read))
+    out = -cost * share
+    return out.to(chunks_read.dtype if chunks_read.is_floating_point() else torch.get_default_dtype())
 
 
 def keep_informative_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
