@@ -8,7 +8,9 @@ Settings follow MemAgent's offline evaluation (docs/workflow.md): chunk 5000 / m
 no cap on the number of chunks, temperature 0.7 and top_p 0.95 (`--greedy` for temperature 0). Scoring is lenient
 (memagent.evaluation.scoring): string_match_all for RULER families, sub-exact-match (+ EM, F1) for QA-like tasks.
 `--baseline full-context` answers from the whole document in one prompt, middle-truncated to the model's window;
-`--baseline both` runs both methods on the same samples.
+`--baseline both` runs both methods on the same samples. `--gates` evaluates a model trained with gated memory
+(workflow.gates, docs/gates.md) in its own workflow; every MemAgent trace also records chunks read, memory and
+generated tokens (and with gates the decision of each update), and the table's cost columns average them.
 
 Outputs in --output-dir: traces.jsonl (one line per sample and method: question, memory after every chunk, answer,
 gold, score), results.json (the table), and with --plot a PNG of score and time versus length. A run that is killed
@@ -35,11 +37,12 @@ from memagent.evaluation.baseline import full_context_prompt
 from memagent.evaluation.model_choice import EvaluatedModel, add_model_args, build_evaluated_model
 from memagent.evaluation.plot import plot_results
 from memagent.evaluation.scoring import score_answer
-from memagent.evaluation.tables import aggregate, format_table, results_json
+from memagent.evaluation.tables import aggregate, format_cost_table, format_table, results_json
 from memagent.evaluation.traces import TraceFile, TraceKey
 from memagent.progress import progress_bar
-from memagent.records import Sample
+from memagent.records import Sample, Trajectory
 from memagent.rollout.chunking import num_chunks, tokenize_document
+from memagent.rollout.gates import GATES
 from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.workflow import run_memagent
 
@@ -62,6 +65,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     wf.add_argument("--answer-tokens", type=int, default=1024)
     wf.add_argument("--section-first", action="store_true",
                     help="section before memory in the update prompt (a model trained with workflow.section_first)")
+    wf.add_argument("--gates", choices=GATES, default="none",
+                    help="gated memory (a model trained with workflow.gates, docs/gates.md): decisions before updates")
     run = p.add_argument_group("run")
     run.add_argument("--baseline", choices=list(METHODS), default="none",
                      help="none = MemAgent only; full-context = baseline only; both")
@@ -119,8 +124,9 @@ def load_sets(args: argparse.Namespace, evaluated: EvaluatedModel) -> list[EvalS
 
 def record(es: EvalSet, sample: Sample, method: str, *, answer: str, error: str | None, wall_s: float,
            memories: list[str] | None, memory_cut: list[bool] | None, doc_tokens: int, chunk_tokens: int,
-           kept_tokens: int | None = None) -> dict[str, Any]:
-    """One trace line: everything needed to rescore or inspect the sample later."""
+           kept_tokens: int | None = None, cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One trace line: everything needed to rescore or inspect the sample later. cost: a MemAgent trajectory's
+    `rollout_cost` fields (the baseline has none)."""
     task = sample.task or es.source
     score = score_answer(task, answer, sample.answers, failed=error is not None)
     return {
@@ -128,8 +134,17 @@ def record(es: EvalSet, sample: Sample, method: str, *, answer: str, error: str 
         "question": sample.question, "golds": sample.answers, "memories": memories, "memory_cut": memory_cut,
         "answer": answer, "extracted": score.extracted, "metric": score.metric, "score": score.score,
         "em": score.em, "f1": score.f1, "doc_tokens": doc_tokens, "num_chunks": num_chunks(doc_tokens, chunk_tokens),
-        "kept_tokens": kept_tokens, "error": error, "wall_s": wall_s,
+        "kept_tokens": kept_tokens, "error": error, "wall_s": wall_s, **(cost or {}),
     }
+
+
+def rollout_cost(t: Trajectory, gated: bool) -> dict[str, Any]:
+    """What a MemAgent sample cost: chunks read, memory tokens, generated tokens (None from a text-only HTTP
+    backend, which returns no token ids), and with gates each update's decision (docs/gates.md)."""
+    counted = all(c.response_ids or not c.text for c in t.conversations)
+    return {"chunks_read": t.num_chunks, "decisions": t.decisions if gated else None,
+            "memory_tokens": t.memory_tokens_generated if counted else None,
+            "generated_tokens": t.generated_tokens if counted else None}
 
 
 def run_memagent_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig) -> list[dict]:
@@ -141,7 +156,7 @@ def run_memagent_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedMod
     return [
         record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=wall,
                memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
-               doc_tokens=t.document_tokens)
+               doc_tokens=t.document_tokens, cost=rollout_cost(t, config.gated))
         for sample, t in zip(batch, trajectories)
     ]
 
@@ -164,12 +179,17 @@ def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedMod
 # ---------------------------------------------------------------- resume guard
 
 
+LATER_SETTINGS = {"gates": "none"}
+"""Settings added after some runs were recorded: a run_config.json without one ran with this value."""
+
+
 def check_run_config(out: Path, current: dict[str, Any]) -> None:
     """Refuse to mix traces made with different settings into one table (resume needs the same run)."""
     path = out / "run_config.json"
     if path.exists():
         before = json.loads(path.read_text())
-        changed = {k: (before.get(k), v) for k, v in current.items() if before.get(k) != v}
+        changed = {k: (before.get(k, LATER_SETTINGS.get(k)), v) for k, v in current.items()
+                   if before.get(k, LATER_SETTINGS.get(k)) != v}
         if changed:
             raise SystemExit(f"{out} holds traces of a run with other settings {changed} (old, new); "
                              "use another --output-dir or delete it")
@@ -185,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     evaluated = build_evaluated_model(args)
     config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None,  # evaluation: no truncation
-                          section_first=args.section_first)
+                          section_first=args.section_first, gates=args.gates)
     methods = METHODS[args.baseline]
     window = args.window or evaluated.window
     if FULL_CONTEXT in methods and window is None:
@@ -220,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = aggregate(traces.done[key] for key in wanted)
     print(format_table(rows))
+    if cost := format_cost_table(rows):
+        print(cost)
     failed = sum(r.failed for r in rows)
     if failed:
         print(f"{failed} sample(s) failed at the evaluated: scored 0 and kept in n", file=sys.stderr)

@@ -3,7 +3,8 @@
 One RL step:
   1. Sample questions; roll out G trajectories each with the MemAgent workflow (read chunk, overwrite memory, ...,
      answer). A trajectory is K + 1 independent conversations.
-  2. Reward = verifier on the final answer (strict 1/0 by default) + DAPO's soft overlong penalty on its length.
+  2. Reward = verifier on the final answer (strict 1/0 by default) + DAPO's soft overlong penalty on its length
+     [+ gated memory's optional read cost, docs/gates.md].
   3. Dynamic sampling: drop groups whose G correctness scores are all equal, refill from the next questions.
   4. A_i = (R_i - mean_g) / (std_g + eps), once per trajectory, broadcast to every conversation of it.
   5. Old log-probs: recomputed (no grad), or the sampler's where they equal that to float32 rounding
@@ -45,6 +46,7 @@ from memagent.rollout.llm import LocalLLM
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import run_memagent
 from memagent.training.checkpoint import load_checkpoint, save_checkpoint
+from memagent.training.gate_metrics import gate_metrics
 from memagent.training.heldout import heldout_accuracy
 from memagent.training.logging import MetricsLogger, write_traces
 from memagent.training.memory_budget import dry_run_report
@@ -72,11 +74,12 @@ def shared_prefix_tokens(setup: TrainingSetup) -> int:
 
 
 def score(cfg: TrainConfig, trajectories: list[Trajectory], questions: list[Sample]) -> None:
-    """Outcome reward of each trajectory: the verifier on its final answer + DAPO's overlong penalty."""
+    """Outcome reward of each trajectory: the verifier on its final answer + DAPO's overlong penalty (+ the read cost
+    of gated memory when rollout.read_cost is set)."""
     r = cfg.rollout
     score_trajectories(trajectories, questions, verifier=r.verifier, answer_budget=cfg.workflow.answer_tokens,
                        overlong_shaping=r.overlong_shaping, overlong_cache_tokens=r.overlong_cache_tokens,
-                       overlong_factor=r.overlong_factor)
+                       overlong_factor=r.overlong_factor, read_cost=r.read_cost)
 
 
 def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, float], KeptGroups]:
@@ -146,7 +149,7 @@ def summarize(setup: TrainingSetup, kept: KeptGroups, num_rows: int, updates: li
     for key in ("loss", "clipfrac", "clipfrac_lower", "approx_kl", "entropy", "kl", "grad_norm", "skipped"):
         if updates:
             out[f"loss/{key}"] = sum(u[key] for u in updates) / len(updates)
-    return out | task_accuracy(setup, kept)
+    return out | task_accuracy(setup, kept) | gate_metrics(gen, setup.learner.all_reduce_sum)
 
 
 def task_accuracy(setup: TrainingSetup, kept: KeptGroups) -> dict[str, float]:

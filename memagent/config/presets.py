@@ -1,7 +1,8 @@
 """Named presets: `tiny` (the embedded demo: what `python train.py` runs without a model path), `smoke` (tests,
 seconds), `qwen2.5-7b` (paper scale, DAPO recipe: the schema defaults plus the model and data files),
 `memagent-release` (paper scale, MemAgent's released recipe), `smollm2` / `smollm2-release` (SmolLM2-135M on a
-CPU under each of the two loss recipes), and `smollm2-mix` (SmolLM2-135M on a mix of four tasks).
+CPU under each of the two loss recipes), `smollm2-mix` (SmolLM2-135M on a mix of four tasks) and `smollm2-mix-gates` (the
+same with gated memory, docs/gates.md).
 
 A preset is a nested dict of overrides on the dataclass defaults, so `--config FILE` and command-line flags apply on
 top of it with the same rules. The defaults are MemAgent's 7B run (run_memory_7B.sh) except where DAPO is our
@@ -126,4 +127,12 @@ PRESETS["smollm2-mix"] = _on(
     rollout={"verifier": "task"},
     data={"task": "", "tasks": MIX_TRAIN_TASKS},
     run={"steps": 10, "output_dir": "runs/smollm2-mix"},
+)
+# Gated memory (docs/gates.md) against the task mix above: the same recipe, seeds, tasks and lengths, with the update
+# and exit gates on (KEEP / UPDATE / ANSWER before each memory update) and no efficiency term (rollout.read_cost 0), so
+# the comparison isolates the workflow. Evaluate its checkpoints with `evaluate.py --gates both`.
+PRESETS["smollm2-mix-gates"] = _on(
+    PRESETS["smollm2-mix"],
+    workflow={"gates": "both"},
+    run={"output_dir": "runs/smollm2-mix-gates"},
 )

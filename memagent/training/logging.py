@@ -86,7 +86,8 @@ def write_traces(path: Path, step: int, trajectories: list[Trajectory], question
         for conv in traj.conversations:
             if conv.kind == MEMORY:
                 cut = "" if conv.finished else "  [cut at the memory budget]"
-                lines.append(f"memory after chunk {conv.chunk_index}: {conv.text!r}{cut}")
+                decision = f" [{conv.decision}]" if conv.decision else ""  # gated memory, docs/gates.md
+                lines.append(f"memory after chunk {conv.chunk_index}{decision}: {conv.text!r}{cut}")
         lines.append(f"answer: {traj.answer!r}")
         if traj.reward is not None:
             lines.append(f"reward: {traj.reward.total:.3f}  correct: {traj.reward.correct:.2f}")

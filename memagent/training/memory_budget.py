@@ -56,6 +56,9 @@ KNOWN_CONFIGS = {
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 TEMPLATE_TOKENS = 256
 """Allowance for the prompt template's own tokens (instructions, chat markup) in a memory-update prompt."""
+GATE_TOKENS = 128
+"""Further allowance under workflow.gates (docs/gates.md): the decision instructions (104 SmolLM2 tokens with both
+gates) and the decision line generated on top of memory_tokens."""
 
 
 def config_file_for(model_path: str) -> Path:
@@ -80,6 +83,7 @@ def dry_run_report(cfg, world_size: int) -> str:
         stage = int(json.loads(Path(cfg.run.deepspeed).read_text()).get("zero_optimization", {}).get("stage", 0))
     wf, r = cfg.workflow, cfg.rollout
     tokens = TEMPLATE_TOKENS + wf.question_tokens + wf.chunk_tokens + wf.memory_tokens + max(wf.memory_tokens, wf.answer_tokens)
+    tokens += GATE_TOKENS if wf.gated else 0
     pending = -(-r.batch_size // world_size) * r.group_size
     if r.kv_cache_budget_gb > 0:
         rows = rows_per_call(shape, r.kv_cache_budget_gb * GIB, tokens, r.prefill_chunk_tokens, cap=r.max_batch_rows or None)
