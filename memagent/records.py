@@ -176,6 +176,10 @@ class ChatRequest:
     stop_texts: tuple[str, ...] = ()
     """Generation ends as soon as the response so far, stripped, equals one of these (the gate decisions KEEP and
     ANSWER, docs/gates.md). The local engine stops there; an HTTP backend ignores them (the agent reads the first line)."""
+    allowed_prefixes: tuple[str, ...] = ()
+    """Constrained decoding: the response opens with one of these texts (the gate decisions under gate_decoding
+    constrained, docs/gates.md). The local engine samples its first tokens only among their tokenizations; an HTTP
+    backend cannot and ignores them."""
 
 
 @dataclass

@@ -93,7 +93,8 @@ class RolloutConfig:
     def reuses_logprobs(self, autocast_dtype) -> bool:
         """Whether step 5 takes the sampler's log-probs: `on`; or `auto` without autocast, where a decode step and
         a packed forward agree to float32 rounding (under bf16 autocast they differ by bf16 rounding: BENCHMARKS.md
-        measured a mean |delta| of 0.03 on SmolLM2), and only for untruncated sampling."""
+        measured a mean |delta| of 0.03 on SmolLM2), and only for untruncated sampling. Constrained gate decisions
+        (workflow.gate_decoding) keep it on: the sampler records the policy's unconstrained log-probs for them."""
         if self.reuse_logprobs == "auto":
             return autocast_dtype is None and self.samples_the_scored_distribution
         return self.reuse_logprobs == "on"

@@ -10,7 +10,9 @@ other HTTP error or malformed reply, comes back as `Completion(text="", error=..
 keep in the denominator (MemAgent's own client skipped such samples, which inflates accuracy).
 
 Left out: streaming, tool calls, token ids and log-probs (an HTTP backend has text only, so it can evaluate but
-not train).
+not train). A request's `stop_texts` and `allowed_prefixes` are not sent: this client neither stops on a word nor
+constrains the first tokens, so a gated model behind it decides unconstrained and the agent reads only the first
+line (docs/gates.md).
 """
 
 from __future__ import annotations

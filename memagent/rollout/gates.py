@@ -14,6 +14,11 @@ Any other first line, or a word the setting does not offer (KEEP under `exit`, A
 UNPARSED: it acts as UPDATE with the whole response as the memory, exactly MemAgent's rule, so a model that ignores
 the instruction still runs MemAgent's workflow; it is counted apart in the metrics.
 
+Decoding (`WorkflowConfig.gate_decoding`). constrained (the default): the request carries `decision_prefixes` and
+the local engine samples the response's first tokens only among their spellings (memagent.rollout.constraints), so
+every decision parses; UPDATE comes with its newline token, so the memory starts on the next line. free: nothing is
+constrained, and a model that ignores the instruction is UNPARSED.
+
 Budget. A gated update may generate memory_tokens + `update_line_tokens` tokens: the tokens of "UPDATE\\n" in the
 policy tokenizer on top of the memory budget, so that a memory written after the canonical decision line gets
 exactly memory_tokens. `decision_tokens` splits a response into its decision tokens and its memory tokens.
@@ -31,6 +36,8 @@ GATES = ("none", "update", "exit", "both")
 KEEP, UPDATE, ANSWER_NOW, UNPARSED = "KEEP", "UPDATE", "ANSWER", "UNPARSED"
 """The decisions a gated memory update records (Conversation.decision); ANSWER_NOW is the exit gate's word."""
 DECISIONS = (KEEP, UPDATE, ANSWER_NOW, UNPARSED)
+GATE_DECODING = ("constrained", "free")
+"""WorkflowConfig.gate_decoding: constrained (the decision's tokens are sampled within the grammar) or free."""
 
 
 def offered_words(gates: str) -> tuple[str, ...]:
@@ -47,6 +54,17 @@ def offered_words(gates: str) -> tuple[str, ...]:
 def stop_words(gates: str) -> tuple[str, ...]:
     """The offered words after which nothing more is generated (ChatRequest.stop_texts): KEEP and ANSWER."""
     return tuple(word for word in offered_words(gates) if word != UPDATE)
+
+
+def decision_prefixes(gates: str) -> tuple[str, ...]:
+    """The texts a constrained gated response opens with (ChatRequest.allowed_prefixes): the offered words, UPDATE
+    with its newline.
+
+    The token after UPDATE is forced to the tokenizer's spelling of "UPDATE\\n" (one "\\n" token in SmolLM2 and
+    the tiny tokenizer), not left to any whitespace token holding a newline ("\\n\\n", "\\n  "), which would parse
+    the same: the decision line is then the canonical one `update_line_tokens` budgets, so the memory gets exactly
+    memory_tokens. The policy's mass on those other newlines goes to "\\n" (part of the constraint's departure)."""
+    return tuple(f"{word}\n" if word == UPDATE else word for word in offered_words(gates))
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,11 @@ has sampled so far, asked after each of its tokens whether the row ends there (a
 kept). It reads the row's ids on the host, so the step that asks makes one device read; a rule that answers False
 (this row can no longer end that way) is never asked again, which bounds the host work to a row's first few tokens.
 
+Allowed prefixes (`allowed_prefixes`: gate decisions under `gate_decoding constrained`; memagent.rollout.constraints).
+A row may carry token sequences its response must open with: for the first steps (as many as the longest sequence)
+its logits are masked to its trie's children, in tensor ops over the batch with no host read; rows without prefixes
+draw exactly what they would without. Such a row records the policy's unconstrained log-probs, not the masked ones.
+
 Not done, on purpose: torch.compile / CUDA graphs for decode (no GPU measurement yet), and trimming left padding
 once the longest prompts finish.
 """
@@ -50,6 +55,7 @@ import torch
 from torch import Tensor
 from transformers import DynamicCache
 
+from memagent.rollout.constraints import FREE, TokenPrefixes, build_automaton, sample_constrained
 from memagent.rollout.kv_cache import GROW_BLOCK, preallocated_cache
 from memagent.rollout.prefill import prefill_prompts
 from memagent.rollout.sampling import SamplingParams, sample_next_token
@@ -74,7 +80,8 @@ class GenerateOutput:
     tokens: list[list[int]]
     """Sampled token ids per prompt, EOS kept when produced."""
     logprobs: list[Tensor]
-    """Per prompt, [len(tokens[i])] float32 on CPU: log-prob of each token under the distribution it was drawn from."""
+    """Per prompt, [len(tokens[i])] float32 on CPU: log-prob of each token under the distribution it was drawn from;
+    for a token drawn under an allowed prefix, under the policy before the mask (memagent.rollout.constraints)."""
     finished: list[bool]
     """True when the row ended with EOS; False when max_new_tokens cut it (or it was 0)."""
 
@@ -175,6 +182,7 @@ def _decode(
     preallocate_kv: bool,
     cancelled: Sequence[threading.Event] | None,
     stop_rules: Sequence[StopRule | None] | None,
+    allowed_prefixes: Sequence[TokenPrefixes | None] | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Run prefill (memagent.rollout.prefill) and the decode loop; every limit must be >= 1.
 
@@ -219,6 +227,10 @@ def _decode(
     watched = set(range(batch)) if cancelled is not None else set()  # rows whose cancel event is still unseen
     rules = {i: rule for i, rule in enumerate(stop_rules or ()) if rule is not None}  # rows whose rule is undecided
     sampled: dict[int, list[int]] = {i: [] for i in rules}  # their ids so far, on the host
+    sampled_width = logits.shape[-1] if vocab_size is None else min(vocab_size, logits.shape[-1])
+    grammar = build_automaton(allowed_prefixes, sampled_width, device) if allowed_prefixes else None
+    # [b] the trie node of each resident row (FREE: unconstrained)
+    state = grammar.start if grammar is not None else torch.full((batch,), FREE, device=device)
     running, resident = batch, batch
 
     for step in range(steps):
@@ -226,7 +238,10 @@ def _decode(
             more = min(GROW_BLOCK, steps - step)
             tokens, logprobs = _grow_columns(tokens, more, 0), _grow_columns(logprobs, more, 0)
             mask = _grow_columns(mask, more, 1)
-        ids, lps = sample_next_token(logits[:, :vocab_size], params, generator)  # [b], [b]
+        if grammar is not None and step < grammar.depth:  # some row may still be inside its trie
+            ids, lps, state = sample_constrained(logits[:, :vocab_size], state, grammar, params, generator)
+        else:
+            ids, lps = sample_next_token(logits[:, :vocab_size], params, generator)  # [b], [b]
         # Stopped rows that are still resident write past their length here; the output is cut at `lengths`.
         tokens[rows, step] = ids
         logprobs[rows, step] = lps
@@ -262,8 +277,8 @@ def _decode(
                     break
                 if cut or resident - running >= resident * COMPACT_FRACTION:  # cancelled rows leave at once
                     keep = alive.nonzero().squeeze(-1)
-                    rows, row_limits, ids, positions, mask, alive = (
-                        t[keep] for t in (rows, row_limits, ids, positions, mask, alive)
+                    rows, row_limits, ids, positions, mask, alive, state = (
+                        t[keep] for t in (rows, row_limits, ids, positions, mask, alive, state)
                     )
                     cache.batch_select_indices(keep)
                     resident = running
@@ -295,6 +310,7 @@ def generate(
     preallocate_kv: bool = True,
     cancelled: Sequence[threading.Event] | None = None,
     stop_rules: Sequence[StopRule | None] | None = None,
+    allowed_prefixes: Sequence[TokenPrefixes | None] | None = None,
 ) -> GenerateOutput:
     """Sample continuations of token-id prompts with a Hugging Face causal LM and a DynamicCache.
 
@@ -313,7 +329,8 @@ def generate(
     None; a row whose event is set stops at the next decode step with the tokens it has (finished False unless the
     last is an EOS) and leaves the batch, and a row whose event is set before the call never enters it.
     stop_rules: one `StopRule` (or None) per prompt, or None; a row whose rule says True ends with that token,
-    finished True (see the module docstring).
+    finished True (see the module docstring). allowed_prefixes: per prompt, the token sequences its response must
+    open with (memagent.rollout.constraints.tokenize_prefixes), or None; None for all rows constrains nothing.
     The model runs on the device of its parameters; its train/eval mode is left as the caller set it.
     """
     if vocab_size is not None and vocab_size < 1:
@@ -327,6 +344,10 @@ def generate(
         raise ValueError(f"generate: cancelled has {len(cancelled)} events for {len(prompts)} prompts; one per prompt")
     if stop_rules is not None and len(stop_rules) != len(prompts):
         raise ValueError(f"generate: stop_rules has {len(stop_rules)} entries for {len(prompts)} prompts; one per prompt")
+    if allowed_prefixes is not None and len(allowed_prefixes) != len(prompts):
+        raise ValueError(
+            f"generate: allowed_prefixes has {len(allowed_prefixes)} entries for {len(prompts)} prompts; one per prompt"
+        )
     tokens: list[list[int]] = [[] for _ in prompts]
     logprobs = [torch.zeros(0, dtype=torch.float32) for _ in prompts]
     finished = [False] * len(prompts)
@@ -338,6 +359,7 @@ def generate(
             vocab_size, prefill_chunk_tokens, share_prefill, min_shared_prefix, preallocate_kv,
             None if cancelled is None else [cancelled[i] for i in active],
             None if stop_rules is None else [stop_rules[i] for i in active],
+            None if allowed_prefixes is None else [allowed_prefixes[i] for i in active],
         )
         # Own copies, so that a row's log-probs do not keep the whole [B, S] buffer alive.
         for row, (i, n) in enumerate(zip(active, lengths.tolist())):

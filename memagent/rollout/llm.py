@@ -17,6 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from memagent.model.shape import ModelShape, rows_per_call, shape_from_config, tokens_per_row_within
 from memagent.records import ChatRequest, Completion
+from memagent.rollout.constraints import TokenPrefixes, tokenize_prefixes
 from memagent.rollout.generate import PLAIN_SAMPLING, StopRule, generate
 from memagent.rollout.sampling import SamplingParams
 
@@ -67,7 +68,9 @@ class LocalLLM:
     max_new_tokens; responses are decoded with special tokens skipped. The budget bounds the cache's allocated
     bytes: `generate` never holds more than the call's rows x (longest prompt + largest max_new_tokens) positions.
     The Completion keeps the token ids and behaviour log-probs, which the trainer needs. A request's `stop_texts`
-    end its row once the response is one of them (`whole_response_stop`; finished True, like an EOS).
+    end its row once the response is one of them (`whole_response_stop`; finished True, like an EOS); its
+    `allowed_prefixes` constrain the row's first tokens to their tokenizations (memagent.rollout.constraints), and
+    its log-probs stay the policy's unconstrained ones.
     share_prefill (default True) prefills identical prompts of one call once, and common prefixes of 32+ tokens
     once (`generate`, memagent.rollout.prefill): the G first-round prompts of a MemAgent group are one prefill, and
     in later rounds a group's template and problem are. The scheduler keeps a group's requests contiguous, so they share
@@ -99,6 +102,7 @@ class LocalLLM:
         self.generator = generator
         self.max_batch_rows = max_batch_rows
         self.eos_token_ids = stop_token_ids(tokenizer)
+        self._prefix_ids: dict[tuple[str, ...], TokenPrefixes] = {}  # allowed_prefixes, tokenized once per set
         if not self.eos_token_ids:
             raise ValueError(
                 "LocalLLM: the tokenizer has no eos token and no <|im_end|>/<|endoftext|>: set an eos"
@@ -157,6 +161,12 @@ class LocalLLM:
             list(request.messages), add_generation_prompt=True, tokenize=True, return_dict=False
         )
 
+    def _tokenized(self, texts: tuple[str, ...]) -> TokenPrefixes:
+        """A request's allowed_prefixes as token ids (a gated rollout asks for the same few sets every round)."""
+        if texts not in self._prefix_ids:
+            self._prefix_ids[texts] = tokenize_prefixes(self.tokenizer, texts)
+        return self._prefix_ids[texts]
+
     def complete(self, requests: list[ChatRequest],
                  cancelled: Sequence[threading.Event] | None = None) -> list[Completion]:
         """One completion per request, in request order. cancelled: one event per request (the server's timeouts);
@@ -168,6 +178,8 @@ class LocalLLM:
         limits = [r.max_new_tokens for r in requests]
         rules = [whole_response_stop(self.tokenizer, r.stop_texts) if r.stop_texts else None for r in requests]
         any_rule = any(rule is not None for rule in rules)
+        openings = [self._tokenized(r.allowed_prefixes) if r.allowed_prefixes else None for r in requests]
+        any_opening = any(opening is not None for opening in openings)
         sampled: list[list[int]] = []
         sampled_logprobs: list[torch.Tensor] = []
         ended: list[bool] = []
@@ -185,6 +197,7 @@ class LocalLLM:
                 share_prefill=self.share_prefill,
                 cancelled=None if cancelled is None else cancelled[start:end],
                 stop_rules=rules[start:end] if any_rule else None,
+                allowed_prefixes=openings[start:end] if any_opening else None,
             )
             sampled += out.tokens
             sampled_logprobs += out.logprobs

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
 
-from memagent.rollout.gates import ANSWER_NOW, GATES, KEEP, UPDATE, offered_words
+from memagent.rollout.gates import ANSWER_NOW, GATE_DECODING, GATES, KEEP, UPDATE, offered_words
 
 Messages = tuple[dict[str, str], ...]
 
@@ -132,6 +132,8 @@ class WorkflowConfig:
     """Departure from MemAgent: put <section> before <memory> so a group's prompts share the chunk's prefill."""
     gates: str = "none"
     """Departure from MemAgent (docs/gates.md): a decision word opens each update: none, update, exit or both."""
+    gate_decoding: str = "constrained"
+    """With gates: constrained samples the decision among the offered words (local engine only), free leaves it open."""
 
     def __post_init__(self) -> None:
         for name in ("chunk_tokens", "memory_tokens", "answer_tokens", "question_tokens"):
@@ -141,6 +143,10 @@ class WorkflowConfig:
             raise ValueError(f"workflow.max_chunks must be >= 1 or None (no cap), got {self.max_chunks}")
         if self.gates not in GATES:
             raise ValueError(f"workflow.gates={self.gates!r}: expected one of {', '.join(GATES)}")
+        if self.gate_decoding not in GATE_DECODING:
+            raise ValueError(
+                f"workflow.gate_decoding={self.gate_decoding!r}: expected one of {', '.join(GATE_DECODING)}"
+            )
 
     @property
     def max_document_tokens(self) -> int | None:

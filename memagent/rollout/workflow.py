@@ -21,7 +21,9 @@ word (memagent.rollout.gates): KEEP leaves the memory byte-identical, UPDATE ove
 word, ANSWER (exit gate) stops reading and asks for the answer from the memory as it is; an unparsed first line
 overwrites the memory with the whole response, MemAgent's rule. The engine stops a KEEP or ANSWER response right after
 the word, so the conversation's response tokens are exactly what was sampled. A gated update may generate
-memory_tokens + the tokens of "UPDATE\n" (gates.update_line_tokens). With gates none nothing here changes.
+memory_tokens + the tokens of "UPDATE\n" (gates.update_line_tokens). With gate_decoding constrained (the default) the
+request carries the decision texts as allowed prefixes, and the local engine samples the first tokens among them
+(memagent.rollout.constraints). With gates none nothing here changes.
 
 Batching. `run_memagent` runs N questions x G samples as N*G agents under the scheduler, so the k-th memory
 updates of all trajectories are one generation batch; a shorter document asks for its answer earlier, in the
@@ -49,7 +51,13 @@ from memagent.rollout.chunking import (
     num_chunks,
     tokenize_document,
 )
-from memagent.rollout.gates import decision_tokens, read_decision, stop_words, update_line_tokens
+from memagent.rollout.gates import (
+    decision_prefixes,
+    decision_tokens,
+    read_decision,
+    stop_words,
+    update_line_tokens,
+)
 from memagent.rollout.llm import LLM
 from memagent.rollout.prompts import (
     WorkflowConfig,
@@ -102,10 +110,13 @@ def memagent_agent(
     memory = config.initial_memory
     budget = config.memory_tokens + (update_line_tokens(tokenizer) if config.gated else 0)
     stops = stop_words(config.gates)
+    constrained = config.gated and config.gate_decoding == "constrained"
+    opening = decision_prefixes(config.gates) if constrained else ()  # the engine samples the decision among these
     conversations: list[Conversation] = []
     for k, chunk in enumerate(iter_chunks(ids, tokenizer, config.chunk_tokens)):
         prompt = render_memory_update(problem, memory, chunk, section_first=config.section_first, gates=config.gates)
-        completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=budget, stop_texts=stops)
+        completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=budget, stop_texts=stops,
+                                       allowed_prefixes=opening)
         if completion.error is not None:
             return AgentResult(conversations=conversations, answer="", error=completion.error)
         if not config.gated:

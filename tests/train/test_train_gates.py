@@ -1,9 +1,11 @@
 """train.py with gated memory (`--workflow.gates both`, docs/gates.md) end to end on the `smoke` preset.
 
-As in test_train.py, a length-parity stand-in replaces the verifier so that groups have a reward spread. The random
-smoke model never writes a decision word, so one run rewrites the text of the gated updates in turn to KEEP, ANSWER,
-UPDATE + text and the sampled text: the records keep the sampled ids and log-probs, so the update trains on KEEP and
-ANSWER rounds as on any other (the engine's own stop after the word is tested in tests/rollout/test_stop_rules.py).
+As in test_train.py, a length-parity stand-in replaces the verifier so that groups have a reward spread. Left free
+(`workflow.gate_decoding free`), the random smoke model never writes a decision word, so one run rewrites the text of
+the gated updates in turn to KEEP, ANSWER, UPDATE + text and the sampled text: the records keep the sampled ids and
+log-probs, so the update trains on KEEP and ANSWER rounds as on any other (the engine's own stop after the word is
+tested in tests/rollout/test_stop_rules.py). Another run trains on the model's own decisions, constrained (the
+default), where every update parses.
 """
 
 from __future__ import annotations
@@ -48,7 +50,9 @@ def smoke(out: Path, model_dir: Path, *extra: str) -> list[dict[str, float]]:
 
 def test_gates_both_trains_end_to_end_with_keep_and_answer_rounds(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(train, "LocalLLM", ScriptedDecisions)
-    records = smoke(tmp_path / "run", tmp_path / "model", "--rollout.read-cost", "0.1")
+    # Free decoding: the script's last case keeps the sampled text, which then does not parse.
+    records = smoke(tmp_path / "run", tmp_path / "model", "--rollout.read-cost", "0.1",
+                    "--workflow.gate-decoding", "free")
     steps = [r for r in records if "rollout/reward" in r]
     assert [r["step"] for r in steps] == [1, 2] and all(r["loss/grad_norm"] > 0 for r in steps)
     for r in steps:
@@ -61,9 +65,11 @@ def test_gates_both_trains_end_to_end_with_keep_and_answer_rounds(tmp_path, monk
     assert "[KEEP]" in trace or "[ANSWER]" in trace
 
 
-def test_gates_both_trains_with_the_models_own_decisions(tmp_path) -> None:
+def test_gates_both_trains_with_the_models_own_constrained_decisions_all_parsed(tmp_path) -> None:
     steps = [r for r in smoke(tmp_path / "run", tmp_path / "model") if "rollout/reward" in r]
-    assert len(steps) == 2 and all("gates/unparsed" in r and "loss/loss" in r for r in steps)
+    assert len(steps) == 2 and all(r["gates/unparsed"] == 0 and r["loss/grad_norm"] > 0 for r in steps)
+    for r in steps:
+        assert r["gates/keep_share"] + r["gates/update_share"] + r["gates/answer_share"] == pytest.approx(1.0)
 
 
 def test_a_read_cost_without_the_exit_gate_is_refused() -> None:
