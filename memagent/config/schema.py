@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memagent.model.lora import DEFAULT_TARGETS
 from memagent.data.mix import parse_task_mix
+from memagent.model.lora import DEFAULT_TARGETS
 from memagent.rl.loss import AGG_MODES
 from memagent.rl.rewards import VERIFIER_NAMES
 from memagent.rollout.prompts import WorkflowConfig
