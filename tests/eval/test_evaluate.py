@@ -5,27 +5,10 @@ from __future__ import annotations
 import json
 import re
 import socket
-from pathlib import Path
 
 import pytest
 
-
-@pytest.fixture(scope="module")
-def evaluate():
-    """The evaluation script, memagent/evaluate.py (evaluate.py at the repo root runs its cli())."""
-    from memagent import evaluate as module
-
-    return module
-
-
-def _argv(model_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["--model", str(model_dir), "--task", "kv_retrieval", "--lengths", "200", "--num-samples", "3",
-            "--chunk-tokens", "96", "--memory-tokens", "6", "--answer-tokens", "6", "--greedy", "--batch-size", "2",
-            "--output-dir", str(out), *extra]
-
-
-def _traces(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+from .evaluate_cli import evaluate_argv, read_traces
 
 
 def _count_samples_run(evaluate, monkeypatch) -> list[int]:
@@ -42,14 +25,14 @@ def _count_samples_run(evaluate, monkeypatch) -> list[int]:
     return seen
 
 
-def test_evaluate_writes_table_results_and_per_chunk_traces(evaluate, tiny_model_dir, tmp_path, capsys):
+def test_evaluate_writes_table_results_and_per_chunkread_traces(evaluate, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    assert evaluate.main(_argv(tiny_model_dir, out, "--baseline", "both", "--window", "512")) == 0
+    assert evaluate.main(evaluate_argv(tiny_model_dir, out, "--baseline", "both", "--window", "512")) == 0
     printed = capsys.readouterr().out
     assert "| method" in printed and "kv_retrieval" in printed
     rows = json.loads((out / "results.json").read_text())["rows"]
     assert {(r["method"], r["n"], r["length"]) for r in rows} == {("memagent", 3, 200), ("full-context", 3, 200)}
-    traces = _traces(out)
+    traces = read_traces(out)
     assert len(traces) == 6
     for t in traces:
         assert {"question", "answer", "golds", "score"} <= set(t)
@@ -60,7 +43,7 @@ def test_evaluate_writes_table_results_and_per_chunk_traces(evaluate, tiny_model
 
 
 def test_progress_advances_per_memory_round_within_a_batch(evaluate, tiny_model_dir, tmp_path, capsys):
-    assert evaluate.main(_argv(tiny_model_dir, tmp_path / "run", "--batch-size", "3")) == 0
+    assert evaluate.main(evaluate_argv(tiny_model_dir, tmp_path / "run", "--batch-size", "3")) == 0
     totals = re.findall(r"rollout conversations: .*?\d+/(\d+)", capsys.readouterr().err)
     # one batch of 3 samples of 2+ chunks each: the inner bar counts memory updates and answers (it advances each
     # round), so its total exceeds the batch's 3 samples, which is all the outer bar can count. (How many
@@ -71,32 +54,32 @@ def test_progress_advances_per_memory_round_within_a_batch(evaluate, tiny_model_
 def test_rerun_after_limit_computes_only_the_missing_samples(evaluate, tiny_model_dir, tmp_path, monkeypatch):
     out = tmp_path / "run"
     seen = _count_samples_run(evaluate, monkeypatch)
-    evaluate.main(_argv(tiny_model_dir, out, "--limit", "2"))
+    evaluate.main(evaluate_argv(tiny_model_dir, out, "--limit", "2"))
     first = (out / "traces.jsonl").read_text()
-    evaluate.main(_argv(tiny_model_dir, out))
+    evaluate.main(evaluate_argv(tiny_model_dir, out))
     assert seen == [2, 1]  # the second run computed only sample 2
     assert (out / "traces.jsonl").read_text().startswith(first)  # earlier lines untouched
-    keys = [(t["index"], t["method"]) for t in _traces(out)]
+    keys = [(t["index"], t["method"]) for t in read_traces(out)]
     assert sorted(keys) == [(0, "memagent"), (1, "memagent"), (2, "memagent")]
 
 
 def test_cut_off_last_trace_line_is_recomputed_once(evaluate, tiny_model_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "run"
-    evaluate.main(_argv(tiny_model_dir, out))
+    evaluate.main(evaluate_argv(tiny_model_dir, out))
     path = out / "traces.jsonl"
     path.write_bytes(path.read_bytes()[:-20])  # a kill while the last sample's line was being written
     seen = _count_samples_run(evaluate, monkeypatch)
-    evaluate.main(_argv(tiny_model_dir, out))
+    evaluate.main(evaluate_argv(tiny_model_dir, out))
     assert seen == [1]
-    assert sorted(t["index"] for t in _traces(out)) == [0, 1, 2]
+    assert sorted(t["index"] for t in read_traces(out)) == [0, 1, 2]
     assert "cut-off line" in capsys.readouterr().err
 
 
 def test_resume_with_other_settings_is_refused(evaluate, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    evaluate.main(_argv(tiny_model_dir, out, "--limit", "1"))
+    evaluate.main(evaluate_argv(tiny_model_dir, out, "--limit", "1"))
     with pytest.raises(SystemExit, match="other settings"):
-        evaluate.main(_argv(tiny_model_dir, out, "--memory-tokens", "7"))
+        evaluate.main(evaluate_argv(tiny_model_dir, out, "--memory-tokens", "7"))
 
 
 def test_unreachable_api_counts_every_sample_as_a_failure_in_the_denominator(evaluate, tiny_model_dir, tmp_path):
@@ -104,13 +87,13 @@ def test_unreachable_api_counts_every_sample_as_a_failure_in_the_denominator(eva
         s.bind(("127.0.0.1", 0))
         dead = s.getsockname()[1]
     out = tmp_path / "run"
-    argv = _argv(tiny_model_dir, out, "--retries", "1", "--backoff", "0.01", "--timeout", "2")
+    argv = evaluate_argv(tiny_model_dir, out, "--retries", "1", "--backoff", "0.01", "--timeout", "2")
     argv[argv.index("--model"):argv.index("--model") + 2] = [
         "--api-base", f"http://127.0.0.1:{dead}/v1", "--api-model", "tiny", "--tokenizer", str(tiny_model_dir)]
     assert evaluate.main(argv) == 0
     [row] = json.loads((out / "results.json").read_text())["rows"]
     assert (row["n"], row["failed"], row["score"]) == (3, 3, 0.0)
-    assert all(t["error"] for t in _traces(out))
+    assert all(t["error"] for t in read_traces(out))
 
 
 def test_data_files_are_scored_per_file_with_their_own_task_metric(evaluate, tiny_model_dir, tiny_tokenizer, tmp_path):
@@ -118,7 +101,7 @@ def test_data_files_are_scored_per_file_with_their_own_task_metric(evaluate, tin
 
     path = write_samples(tmp_path / "hqa_200.json", make_task("hotpotqa_synth", tiny_tokenizer, 200, 2, 0))
     out = tmp_path / "run"
-    argv = _argv(tiny_model_dir, out)
+    argv = evaluate_argv(tiny_model_dir, out)
     argv[argv.index("--task"):argv.index("--task") + 6] = ["--data", str(path)]
     assert evaluate.main(argv) == 0
     [row] = json.loads((out / "results.json").read_text())["rows"]

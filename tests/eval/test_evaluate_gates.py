@@ -4,37 +4,21 @@ costs, results average them; runs recorded before the flag existed still resume,
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from memagent.evaluation.tables import aggregate, format_cost_table
 from memagent.rollout.gates import DECISIONS
 
-
-@pytest.fixture(scope="module")
-def evaluate():
-    from memagent import evaluate as module
-
-    return module
-
-
-def _argv(model_dir: Path, out: Path, *extra: str) -> list[str]:
-    return ["--model", str(model_dir), "--task", "kv_retrieval", "--lengths", "200", "--num-samples", "3",
-            "--chunk-tokens", "96", "--memory-tokens", "6", "--answer-tokens", "6", "--greedy", "--batch-size", "2",
-            "--output-dir", str(out), *extra]
-
-
-def _traces(out: Path) -> list[dict]:
-    return [json.loads(line) for line in (out / "traces.jsonl").read_text().splitlines()]
+from .evaluate_cli import evaluate_argv, read_traces
 
 
 def test_gates_both_runs_the_gated_workflow_and_records_its_costs(evaluate, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    assert evaluate.main(_argv(tiny_model_dir, out, "--gates", "both", "--baseline", "both", "--window", "512")) == 0
+    assert evaluate.main(evaluate_argv(tiny_model_dir, out, "--gates", "both", "--baseline", "both", "--window", "512")) == 0
     assert "| read" in capsys.readouterr().out  # the cost table
     assert json.loads((out / "run_config.json").read_text())["gates"] == "both"
-    for t in _traces(out):
+    for t in read_traces(out):
         if t["method"] == "full-context":
             assert "chunks_read" not in t
             continue
@@ -48,8 +32,8 @@ def test_gates_both_runs_the_gated_workflow_and_records_its_costs(evaluate, tiny
 
 def test_without_gates_traces_record_costs_but_no_decisions(evaluate, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    assert evaluate.main(_argv(tiny_model_dir, out)) == 0
-    for t in _traces(out):
+    assert evaluate.main(evaluate_argv(tiny_model_dir, out)) == 0
+    for t in read_traces(out):
         assert t["decisions"] is None and t["chunks_read"] == t["num_chunks"] and t["generated_tokens"] > 0
     [row] = json.loads((out / "results.json").read_text())["rows"]
     assert row["keep_share"] is None and row["chunks_read"] == row["chunks"]
@@ -57,13 +41,13 @@ def test_without_gates_traces_record_costs_but_no_decisions(evaluate, tiny_model
 
 def test_a_run_recorded_before_the_gates_flag_resumes_as_gates_none(evaluate, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
-    evaluate.main(_argv(tiny_model_dir, out, "--limit", "1"))
+    evaluate.main(evaluate_argv(tiny_model_dir, out, "--limit", "1"))
     config = json.loads((out / "run_config.json").read_text())
     del config["gates"]  # as written before the flag existed
     (out / "run_config.json").write_text(json.dumps(config))
-    assert evaluate.main(_argv(tiny_model_dir, out)) == 0
+    assert evaluate.main(evaluate_argv(tiny_model_dir, out)) == 0
     with pytest.raises(SystemExit, match="gates"):
-        evaluate.main(_argv(tiny_model_dir, out, "--gates", "exit"))
+        evaluate.main(evaluate_argv(tiny_model_dir, out, "--gates", "exit"))
 
 
 def test_old_traces_without_cost_fields_aggregate_with_none() -> None:
