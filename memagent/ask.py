@@ -23,6 +23,7 @@ from memagent.cli import run_cli
 from memagent.evaluation.model_choice import add_model_args, build_evaluated_model
 from memagent.records import ChatRequest, Completion
 from memagent.rollout.chunking import num_chunks, tokenize_document
+from memagent.rollout.gates import GATE_DECODING, GATES
 from memagent.rollout.llm import LLM
 from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.scheduler import run_agents
@@ -95,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--answer-tokens", type=int, default=1024, help="answer budget (new tokens)")
     parser.add_argument("--section-first", action="store_true",
                         help="section before memory in the update prompt (a model trained with workflow.section_first)")
+    parser.add_argument("--gates", choices=GATES, default="none",
+                        help="gated memory (a model trained with workflow.gates, docs/gates.md): decisions before updates")
+    parser.add_argument("--gate-decoding", choices=GATE_DECODING, default="constrained",
+                        help="with --gates: sample the decision word within the grammar (constrained) or freely")
     parser.add_argument("--quiet", action="store_true", help="print only the answer")
     add_model_args(parser)
     args = parser.parse_args(argv)
@@ -102,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     document = load_document(args.document)
     evaluated = build_evaluated_model(args)
     config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
-                          answer_tokens=args.answer_tokens, max_chunks=None, section_first=args.section_first)
+                          answer_tokens=args.answer_tokens, max_chunks=None, section_first=args.section_first,
+                          gates=args.gates, gate_decoding=args.gate_decoding)
     ids = tokenize_document(document, evaluated.tokenizer)  # once: counted here, read by the agent below
     total = num_chunks(len(ids), config.chunk_tokens)
     if not args.quiet:

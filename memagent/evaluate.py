@@ -42,7 +42,7 @@ from memagent.evaluation.traces import TraceFile, TraceKey
 from memagent.progress import progress_bar
 from memagent.records import Sample, Trajectory
 from memagent.rollout.chunking import num_chunks, tokenize_document
-from memagent.rollout.gates import GATES
+from memagent.rollout.gates import GATE_DECODING, GATES
 from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.workflow import run_memagent
 
@@ -67,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="section before memory in the update prompt (a model trained with workflow.section_first)")
     wf.add_argument("--gates", choices=GATES, default="none",
                     help="gated memory (a model trained with workflow.gates, docs/gates.md): decisions before updates")
+    wf.add_argument("--gate-decoding", choices=GATE_DECODING, default="constrained",
+                    help="with --gates: sample the decision word within the grammar (constrained) or freely")
     run = p.add_argument_group("run")
     run.add_argument("--baseline", choices=list(METHODS), default="none",
                      help="none = MemAgent only; full-context = baseline only; both")
@@ -179,7 +181,7 @@ def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedMod
 # ---------------------------------------------------------------- resume guard
 
 
-LATER_SETTINGS = {"gates": "none"}
+LATER_SETTINGS = {"gates": "none", "gate_decoding": "constrained"}
 """Settings added after some runs were recorded: a run_config.json without one ran with this value."""
 
 
@@ -205,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     evaluated = build_evaluated_model(args)
     config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None,  # evaluation: no truncation
-                          section_first=args.section_first, gates=args.gates)
+                          section_first=args.section_first, gates=args.gates, gate_decoding=args.gate_decoding)
     methods = METHODS[args.baseline]
     window = args.window or evaluated.window
     if FULL_CONTEXT in methods and window is None:

@@ -50,3 +50,12 @@ def test_document_files_become_numbered_document_blocks(tmp_path):
     as_json = tmp_path / "docs.json"
     as_json.write_text(json.dumps({"documents": ["a", {"content": "b"}]}))
     assert load_document(as_json) == "Document 1:\na\n\nDocument 2:\nb"
+
+
+def test_ask_with_gates_runs_the_gated_workflow_and_may_stop_reading_early(tiny_model_dir, tmp_path, capsys):
+    assert main(_ask(tmp_path, "--model", str(tiny_model_dir), "--gates", "both")) == 0
+    out = capsys.readouterr().out
+    total = int(re.search(r"reading (\d+) chunk", out).group(1))
+    shown = [int(k) for k, _ in re.findall(r"--- memory after chunk (\d+)/(\d+)", out)]
+    assert shown == list(range(1, len(shown) + 1)) and 1 <= len(shown) <= total
+    assert "--- answer ---" in out

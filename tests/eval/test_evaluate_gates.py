@@ -39,15 +39,17 @@ def test_without_gates_traces_record_costs_but_no_decisions(evaluate, tiny_model
     assert row["keep_share"] is None and row["chunks_read"] == row["chunks"]
 
 
-def test_a_run_recorded_before_the_gates_flag_resumes_as_gates_none(evaluate, tiny_model_dir, tmp_path):
+def test_a_run_recorded_before_the_gate_flags_resumes_as_gates_none(evaluate, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     evaluate.main(evaluate_argv(tiny_model_dir, out, "--limit", "1"))
     config = json.loads((out / "run_config.json").read_text())
-    del config["gates"]  # as written before the flag existed
+    del config["gates"], config["gate_decoding"]  # as written before the flags existed
     (out / "run_config.json").write_text(json.dumps(config))
     assert evaluate.main(evaluate_argv(tiny_model_dir, out)) == 0
     with pytest.raises(SystemExit, match="gates"):
         evaluate.main(evaluate_argv(tiny_model_dir, out, "--gates", "exit"))
+    with pytest.raises(SystemExit, match="gate_decoding"):
+        evaluate.main(evaluate_argv(tiny_model_dir, out, "--gate-decoding", "free"))
 
 
 def test_old_traces_without_cost_fields_aggregate_with_none() -> None:
