@@ -64,11 +64,16 @@ def make_task_mix(
 ) -> list[Sample]:
     """`num_samples` questions at `length` context tokens, split over `shares` by weight (split_counts).
 
-    Samples come task after task in the order of `shares` (the training stream shuffles them) and are re-indexed
-    0..num_samples-1, so `Sample.index` stays unique across the mix; `Sample.task` names each one's task.
+    Every task must get at least one question (a ValueError names those that would not). Samples come task after
+    task in the order of `shares` (the training stream shuffles them) and are re-indexed 0..num_samples-1, so
+    `Sample.index` stays unique across the mix; `Sample.task` names each one's task.
     """
     if not shares:
         raise ValueError("data.tasks is empty: give at least one task")
     counts = split_counts([s.weight for s in shares], num_samples)
+    empty = [share.name for share, n in zip(shares, counts) if n == 0]
+    if num_samples > 0 and empty:  # a task the user asked for would silently never appear
+        raise ValueError(f"data.tasks: {', '.join(empty)} get 0 of {num_samples} questions at these weights; "
+                         "ask for more questions (data.num_train / data.num_eval) or raise their weights")
     samples = [s for share, n in zip(shares, counts) for s in make_task(share.name, tokenizer, length, n, seed=seed)]
     return [replace(s, index=i) for i, s in enumerate(samples)]

@@ -67,3 +67,8 @@ def test_a_mix_holds_each_task_in_its_share_with_unique_indices(tokenizer) -> No
 def test_an_empty_mix_is_refused(tokenizer) -> None:
     with pytest.raises(ValueError, match="data.tasks is empty"):
         make_task_mix([], tokenizer, 96, 4)
+
+
+def test_a_task_that_would_get_no_questions_is_named_instead_of_dropped(tokenizer) -> None:
+    with pytest.raises(ValueError, match="kv_last_write get 0 of 4 questions"):
+        make_task_mix(parse_task_mix(["kv_retrieval:20", "kv_last_write"]), tokenizer, 96, 4)
