@@ -85,13 +85,16 @@ def test_smollm2_release_preset_is_the_smollm2_recipe_under_memagent_released_lo
 
 
 def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_its_own_budgets() -> None:
-    from memagent.config.presets import MIX_HELDOUT_TASKS, MIX_TRAIN_TASKS
+    from memagent.config.presets import MIX_HELDOUT_TASKS, MIX_TRAIN_TASKS, MIX_WEIGHTS
     from memagent.data.mix import parse_task_mix
 
     cfg, single = preset_config("smollm2-mix"), preset_config("smollm2")
-    assert [s.name for s in parse_task_mix(cfg.data.tasks)] == list(MIX_TRAIN_TASKS)
+    shares = parse_task_mix(cfg.data.tasks)
+    assert [(s.name, s.weight) for s in shares] == list(zip(MIX_TRAIN_TASKS, MIX_WEIGHTS))
     assert not set(MIX_TRAIN_TASKS) & set(MIX_HELDOUT_TASKS)
     assert cfg.rollout.verifier == "task" and (cfg.optim, cfg.model) == (single.optim, single.model)
+    # the overlong ramp would start inside a complete four-value answer (v0 of this recipe, docs/evaluation.md)
+    assert not cfg.rollout.overlong_shaping
     makefile = (Path(__file__).parents[1] / "Makefile").read_text()
     listed = {name: re.search(rf"^{name} := (.*)$", makefile, re.MULTILINE).group(1).split()
               for name in ("MIX_TRAIN_TASKS", "MIX_HELDOUT_TASKS", "MIX_SHORT", "MIX_LONG")}

@@ -113,19 +113,23 @@ PRESETS["smollm2-release"] = _on(
     run={"output_dir": "runs/smollm2-release"},
 )
 # MemAgent's evaluation in small (docs/evaluation.md, "Task mix"; `make smollm2-mix SEED=`): the smollm2 recipe on
-# four training tasks in equal shares, 512 tokens (2 chunks of 256) as in smollm2, so a step costs about the same
-# and the 64x cells (32K tokens) stay within reach of a 2-core CPU. Rewards by task family: string_match_all with
-# partial credit for the NIAH tasks, the contained rule for the two-hop QA. The answer budget grows to 48 tokens:
-# four 7-digit values are 31 SmolLM2 tokens before any words around them. 10 steps: each task gets about 20
-# questions x G 4 over the run, against 64 questions of one task in smollm2's 8 steps.
+# four training tasks, 512 tokens (2 chunks of 256) as in smollm2, so a step costs about the same and the 64x cells
+# (32K tokens) stay within reach of a 2-core CPU. Rewards by task family: string_match_all with partial credit for
+# the NIAH tasks, the contained rule for the two-hop QA. The answer budget grows to 48 tokens: four 7-digit values
+# are 31 SmolLM2 tokens before any words around them. 10 steps. Two changes from the first run of this recipe (v0,
+# docs/evaluation.md), whose policy collapsed to the single-needle answer: no overlong shaping (its ramp began at
+# 32 answer tokens, so a complete four-value answer was penalized and answers shrank from 40 tokens to 10, one
+# value), and double weight on the two tasks that need the memory to keep a key or several values.
 MIX_TRAIN_TASKS = ("niah_single_1", "niah_multikey_2", "niah_multivalue", "hotpotqa_synth")
+MIX_WEIGHTS = (1, 2, 2, 1)
+"""Shares of MIX_TRAIN_TASKS in the smollm2-mix training questions."""
 MIX_HELDOUT_TASKS = ("vt", "fwe", "niah_multiquery", "niah_multikey_3", "kv_retrieval")
 """Tasks the mix never trains on, evaluated at 1x and 4x the training length (issue 24's held-out list)."""
 PRESETS["smollm2-mix"] = _on(
     PRESETS["smollm2"],
     workflow={"answer_tokens": 48},
-    rollout={"verifier": "task"},
-    data={"task": "", "tasks": MIX_TRAIN_TASKS},
+    rollout={"verifier": "task", "overlong_shaping": False},
+    data={"task": "", "tasks": tuple(f"{t}:{w}" for t, w in zip(MIX_TRAIN_TASKS, MIX_WEIGHTS))},
     run={"steps": 10, "output_dir": "runs/smollm2-mix"},
 )
 # Gated memory (docs/gates.md) against the task mix above: the same recipe, seeds, tasks and lengths, with the update
