@@ -202,7 +202,7 @@ def test_a_task_mix_trains_with_the_task_verifier_and_logs_accuracy_per_task(tmp
     """data.tasks replaces the demo's code_lookup questions, and every task the step drew gets
     rollout/accuracy/{task}."""
     out = tmp_path / "mix"
-    smoke(out, model_dir, "--data.tasks", "kv_retrieval:3,kv_last_write", "--rollout.verifier", "task",
+    smoke(out, model_dir, "--data.tasks", "kv_retrieval:3,kv_last_write", "--rollout.verifier", "task", "--data.num-eval", "4",
           "--run.steps", "1", "--rollout.batch-size", "4", "--data.eval-chunk-factors", "1")
     step = next(r for r in records(out) if r.get("step") == 1 and "rollout/accuracy" in r)
     per_task = {k.removeprefix("rollout/accuracy/"): v for k, v in step.items() if k.startswith("rollout/accuracy/")}
