@@ -105,20 +105,22 @@ MIX_SHORT := 512 2048
 MIX_LONG := 8192 32768
 MIX_RUN = runs/smollm2-mix-seed$(SEED)
 MIX_RL = $(MIX_RUN)/checkpoints/step_000010/model
-# $(call mix_eval,MODEL,ROW,EXTRA FLAGS): every cell of one row, shortest first.
-mix_eval = for len in $(MIX_SHORT) $(MIX_LONG); do \
-	tasks="$(MIX_TRAIN_TASKS)"; case " $(MIX_SHORT) " in *" $$len "*) tasks="$$tasks $(MIX_HELDOUT_TASKS)";; esac; \
-	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(1) $(MIX_EVAL) $(3) --task $$tasks --lengths $$len \
-		--output-dir runs/mix-eval/$(2)-$$len || exit 1; done
+# $(call mix_cell,MODEL,ROW,EXTRA FLAGS,TOKENS): one cell directory of one row (held-out tasks at the short lengths).
+mix_cell = (tasks="$(MIX_TRAIN_TASKS)"; case " $(MIX_SHORT) " in *" $(4) "*) tasks="$$tasks $(MIX_HELDOUT_TASKS)";; esac; \
+	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(1) $(MIX_EVAL) $(3) --task $$tasks --lengths $(4) \
+		--output-dir runs/mix-eval/$(2)-$(4))
 smollm2-mix: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
 	test -d $(MIX_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset smollm2-mix --run.seed $(SEED) \
 		--run.output-dir $(MIX_RUN) $$(ls $(MIX_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
 	mkdir -p runs/mix-eval
-	@echo "untrained and full-context rows in the background; progress: runs/mix-eval/shared-rows.log"
-	($(call mix_eval,$(SMOLLM2),untrained,--baseline none) && \
-	 $(call mix_eval,$(SMOLLM2),baseline,--baseline full-context --batch-size 8)) > runs/mix-eval/shared-rows.log 2>&1 & \
-	shared=$$!; $(call mix_eval,$(MIX_RL),seed$(SEED),--baseline none); status=$$?; wait $$shared && exit $$status
+	@echo "untrained and full-context rows in the background, shortest cells first; progress: runs/mix-eval/shared-rows.log"
+	(for len in $(MIX_SHORT) $(MIX_LONG); do $(call mix_cell,$(SMOLLM2),untrained,--baseline none,$$len) && \
+		$(call mix_cell,$(SMOLLM2),baseline,--baseline full-context --batch-size 8,$$len) || exit 1; done) \
+		> runs/mix-eval/shared-rows.log 2>&1 & shared=$$!; \
+	status=0; for len in $(MIX_SHORT) $(MIX_LONG); do \
+		$(call mix_cell,$(MIX_RL),seed$(SEED),--baseline none,$$len) || { status=$$?; break; }; done; \
+	wait $$shared && exit $$status
 	$(MAKE) smollm2-mix-report
 
 smollm2-mix-report: $(STAMP)
