@@ -14,7 +14,8 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export DS_ACCELERATOR ?= cpu
 
-.PHONY: install demo test test-fast test-dist test-latest lint smollm2 smollm2-rl smollm2-mix smollm2-mix-report bench clean
+.PHONY: install demo test test-fast test-dist test-latest lint smollm2 smollm2-rl smollm2-mix smollm2-mix-report \
+	smollm2-mix-gates smollm2-gates-report bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -122,6 +123,23 @@ smollm2-mix: $(STAMP)
 		$(call mix_cell,$(MIX_RL),seed$(SEED),--baseline none,$$len) || { status=$$?; break; }; done; \
 	wait $$shared && exit $$status
 	$(MAKE) smollm2-mix-report
+
+# Gated memory against the mix (docs/gates.md): the same recipe with `workflow.gates both` (preset smollm2-mix-gates),
+# evaluated with --gates both on the same cells into runs/mix-eval/gates-seed$(SEED)-*; `make smollm2-gates-report`
+# compares it with the ungated seeds (accuracy, generated tokens per correct answer, wall time per question).
+GATES_RUN = runs/smollm2-mix-gates-seed$(SEED)
+GATES_RL = $(GATES_RUN)/checkpoints/step_000010/model
+smollm2-mix-gates: $(STAMP)
+	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
+	test -d $(GATES_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset smollm2-mix-gates --run.seed $(SEED) \
+		--run.output-dir $(GATES_RUN) $$(ls $(GATES_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	for len in $(MIX_SHORT) $(MIX_LONG); do \
+		$(call mix_cell,$(GATES_RL),gates-seed$(SEED),--baseline none --gates both,$$len) || exit 1; done
+	$(MAKE) smollm2-gates-report
+
+smollm2-gates-report: $(STAMP)
+	$(BIN)/python -m memagent.evaluation.gates_report --eval-dir runs/mix-eval --markdown runs/mix-eval/gates-report.md \
+		--figure docs/figures/smollm2_gates.png
 
 smollm2-mix-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \

@@ -107,3 +107,7 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     assert (int(value["--chunk-tokens"]), int(value["--memory-tokens"]), int(value["--answer-tokens"])) == (
         cfg.workflow.chunk_tokens, cfg.workflow.memory_tokens, cfg.workflow.answer_tokens)
     assert f"$(MIX_RUN)/checkpoints/step_{cfg.run.steps:06d}/model" in makefile
+    # make smollm2-mix-gates: the gated preset's last checkpoint, scored in its own workflow on the same cells
+    gated = preset_config("smollm2-mix-gates")
+    assert f"$(GATES_RUN)/checkpoints/step_{gated.run.steps:06d}/model" in makefile
+    assert "--preset smollm2-mix-gates" in makefile and "gates-seed$(SEED),--baseline none --gates both" in makefile
