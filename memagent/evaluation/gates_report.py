@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from memagent.evaluation.mix_report import MISSING, _table, spread_text
+from memagent.evaluation.mix_report import MISSING, markdown_table, spread_text
 from memagent.evaluation.mix_scores import (
     SEED_ROWS,
     MixLayout,
@@ -110,7 +110,7 @@ def comparison_table(scores: MixScores, target_n: int) -> str:
                 *(_num(share, 0, 100.0, "%") for share in ((g.chunks_read_share, g.keep_share, g.update_share,
                                                              g.answer_share) if g else (None,) * 4)),
                 _num(u and u.wall_s, 2), _num(g and g.wall_s, 2)])
-    return _table(header, lines)
+    return markdown_table(header, lines)
 
 
 @dataclass(frozen=True)

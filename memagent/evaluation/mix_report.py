@@ -41,7 +41,8 @@ MISSING = "—"
 """A cell with no scored question yet."""
 
 
-def _table(header: list[str], lines: list[list[str]]) -> str:
+def markdown_table(header: list[str], lines: list[list[str]]) -> str:
+    """A Markdown table of `lines` (each a list of cell texts) under `header`."""
     rendered = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return "\n".join(rendered + ["| " + " | ".join(line) + " |" for line in lines])
 
@@ -94,7 +95,7 @@ def score_table(scores: MixScores, tasks: tuple[str, ...], lengths: tuple[int, .
     lines.append(["average", "", *(average_text(row_average(scores, row, cells), layout.target_n)
                                    for row in layout.rows),
                   spread_text(seed_average_spread(scores, cells, layout), layout), gain_text(mean_gain)])
-    return _table(header, lines)
+    return markdown_table(header, lines)
 
 
 def tables_markdown(scores: MixScores, layout: MixLayout = MIX_LAYOUT) -> str:
@@ -167,7 +168,7 @@ def curves_markdown(curves: TrainingCurves) -> str:
     lines = [[str(step), *(f"{c.by_step[step]:.1f}" if step in c.by_step else MISSING for c in curves.columns)]
              for step in steps]
     note = "Sampled training rollouts (temperature 1, the training verifier), refills included."
-    return "\n\n".join([title, _table(["step", *(c.label for c in curves.columns)], lines), note])
+    return "\n\n".join([title, markdown_table(["step", *(c.label for c in curves.columns)], lines), note])
 
 
 def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: MixLayout = MIX_LAYOUT) -> str:
