@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from memagent.evaluation.plot import plot_by_method, pyplot
+from memagent.evaluation.plot import plot_by_method, pyplot, save_figure
 from memagent.evaluation.tables import ResultRow
 
 
@@ -66,11 +66,7 @@ def draw(results: list[tuple[str, list[ResultRow]]], curves: list[tuple[str, tup
     for ax in (acc, train):
         ax.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out)
 
 
 def main(argv: list[str] | None = None) -> Path:

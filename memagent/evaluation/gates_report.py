@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from memagent.evaluation.mix_report import MISSING, markdown_table, spread_text
+from memagent.evaluation.mix_report import MISSING, markdown_table, run_report, spread_text, write_markdown
 from memagent.evaluation.mix_scores import (
     SEED_ROWS,
     MixLayout,
@@ -30,7 +30,7 @@ from memagent.evaluation.mix_scores import (
     seed_spread,
 )
 from memagent.evaluation.mix_targets import SCORE_TOLERANCE, Status
-from memagent.evaluation.plot import pyplot
+from memagent.evaluation.plot import pyplot, save_figure
 
 GATED_ROWS = tuple(MixRow(f"gates-seed{i}", f"gated seed {i}", "memagent") for i in range(3))
 UNGATED, GATED = MixLayout(seeds=SEED_ROWS), MixLayout(seeds=GATED_ROWS)
@@ -202,11 +202,7 @@ def draw_gates_figure(scores: MixScores, out: str | Path) -> Path:
     legend = {label: handle for ax in axes.flat for handle, label in zip(*ax.get_legend_handles_labels())}
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=8, fontsize=7)
     fig.tight_layout(rect=(0, 0.1, 1, 1))
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out)
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -226,24 +222,15 @@ def main(argv: list[str] | None = None) -> str:
             parser.error(f"--figure {args.figure}: {e}")
     scores = read_mix_scores(args.eval_dir, MixLayout(seeds=(*SEED_ROWS, *GATED_ROWS)))
     text = report_markdown(scores, args.target_n)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(text, encoding="utf-8")
-        print(f"wrote {args.markdown}", file=sys.stderr)
-    else:
-        print(text, end="")
+    write_markdown(text, args.markdown)
     if args.figure:
         print(f"wrote {draw_gates_figure(scores, args.figure)}", file=sys.stderr)
     return text
 
 
 def cli(argv: list[str] | None = None) -> None:
-    """main(), with a bad file or value (ValueError, OSError) reported as one `error:` line and exit status 2."""
-    try:
-        main(argv)
-    except (ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    """The report's command line (main) with one-line errors (mix_report.run_report)."""
+    run_report(main, argv)
 
 
 if __name__ == "__main__":

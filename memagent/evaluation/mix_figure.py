@@ -18,7 +18,7 @@ from memagent.evaluation.mix_scores import (
     MixScores,
     seed_spread,
 )
-from memagent.evaluation.plot import pyplot
+from memagent.evaluation.plot import pyplot, save_figure
 
 
 def _plot_row(ax, scores: MixScores, row: MixRow, task: str, lengths: tuple[int, ...], style: str) -> None:
@@ -64,8 +64,4 @@ def draw_mix_figure(scores: MixScores, out: str | Path, layout: MixLayout = MIX_
         legend.update(zip(*reversed(ax.get_legend_handles_labels())))
     fig.legend(list(legend.values()), list(legend), loc="lower center", ncol=4, fontsize=8)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out)

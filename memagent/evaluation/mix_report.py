@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,25 +204,36 @@ def main(argv: list[str] | None = None) -> str:
             continue
         curves.append(read_curves(run, layout.train_tasks))
     text = report_markdown(scores, curves, layout)
-    if args.markdown:
-        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(text, encoding="utf-8")
-        print(f"wrote {args.markdown}", file=sys.stderr)
-    else:
-        print(text, end="")
+    write_markdown(text, args.markdown)
     if args.figure:
         print(f"wrote {draw_mix_figure(scores, args.figure, layout)}", file=sys.stderr)
     return text
 
 
-def cli(argv: list[str] | None = None) -> None:
-    """main(), with a bad file or value (ValueError, OSError) reported as one `error:` line and exit status 2, as
-    the other command lines do (docs/evaluation.md, "Errors from the command lines")."""
+def write_markdown(text: str, path: str | None) -> None:
+    """Write a report to `path` (creating its folder), or to stdout when no path is given."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")
+        print(f"wrote {path}", file=sys.stderr)
+    else:
+        print(text, end="")
+
+
+def run_report(main_of_report: Callable[[list[str] | None], str], argv: list[str] | None = None) -> None:
+    """`main_of_report(argv)`, with a bad file or value (ValueError, OSError) reported as one `error:` line and exit
+    status 2, as the other command lines do (docs/evaluation.md, "Errors from the command lines"). The reports are
+    library modules run with `python -m`, so they keep to this subset of memagent.cli.run_cli, which sits above them."""
     try:
-        main(argv)
+        main_of_report(argv)
     except (ValueError, OSError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+
+
+def cli(argv: list[str] | None = None) -> None:
+    """The report's command line (main) with one-line errors (run_report)."""
+    run_report(main, argv)
 
 
 if __name__ == "__main__":

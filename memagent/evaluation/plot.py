@@ -25,6 +25,15 @@ def pyplot():
     return plt
 
 
+def save_figure(fig, out: str | Path) -> Path:
+    """Write `fig` as a 120-dpi PNG at `out` (creating its folder), close it, and return the path."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    pyplot().close(fig)
+    return path
+
+
 def plot_by_method(ax, rows: list[ResultRow], value: Callable[[ResultRow], float], label: str = "") -> None:
     """One line per (method, source) of `rows` against document length on a log-2 axis; MemAgent solid."""
     lines: dict[tuple[str, str], list[ResultRow]] = defaultdict(list)
@@ -50,7 +59,4 @@ def plot_results(rows: list[ResultRow], out: str | Path) -> Path:
     wall.set_ylabel("seconds per sample")
     acc.legend(fontsize=7)
     fig.tight_layout()
-    path = Path(out)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, out)
