@@ -19,7 +19,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from memagent.evaluation.mix_report import MISSING, markdown_table, run_report, spread_text, write_markdown
+from memagent.evaluation.mix_report import MISSING, run_report, spread_text, write_markdown
 from memagent.evaluation.mix_scores import (
     SEED_ROWS,
     MixLayout,
@@ -31,6 +31,7 @@ from memagent.evaluation.mix_scores import (
 )
 from memagent.evaluation.mix_targets import SCORE_TOLERANCE, Status
 from memagent.evaluation.plot import pyplot, save_figure
+from memagent.evaluation.tables import markdown_table
 
 GATED_ROWS = tuple(MixRow(f"gates-seed{i}", f"gated seed {i}", "memagent") for i in range(3))
 UNGATED, GATED = MixLayout(seeds=SEED_ROWS), MixLayout(seeds=GATED_ROWS)

@@ -36,16 +36,10 @@ from memagent.evaluation.mix_scores import (
 )
 from memagent.evaluation.mix_targets import TargetCheck, check_targets
 from memagent.evaluation.plot import pyplot
-from memagent.evaluation.tables import ResultRow
+from memagent.evaluation.tables import ResultRow, markdown_table
 
 MISSING = "—"
 """A cell with no scored question yet."""
-
-
-def markdown_table(header: list[str], lines: list[list[str]]) -> str:
-    """A Markdown table of `lines` (each a list of cell texts) under `header`."""
-    rendered = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(rendered + ["| " + " | ".join(line) + " |" for line in lines])
 
 
 def cell_text(cell: ResultRow | None, target_n: int) -> str:

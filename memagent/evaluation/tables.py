@@ -118,12 +118,13 @@ def format_table(rows: list[ResultRow]) -> str:
             r.method, r.source, str(r.length), f"{r.chunks:.1f}", str(r.n), str(r.failed), f"{r.score:.2f}",
             r.metric, _maybe(r.em), _maybe(r.f1), f"{r.seconds_per_sample:.2f}",
         ])
-    return _markdown(lines)
+    return markdown_table(lines[0], lines[1:])
 
 
-def _markdown(lines: list[list[str]]) -> str:
-    """Header line then rows, as an aligned Markdown table."""
-    widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """An aligned Markdown table of `rows` (each a list of cell texts) under `header`."""
+    lines = [header, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     rendered = ["| " + " | ".join(cell.ljust(w) for cell, w in zip(line, widths)) + " |" for line in lines]
     rendered.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     return "\n".join(rendered)
@@ -142,7 +143,7 @@ def format_cost_table(rows: list[ResultRow]) -> str:
             _maybe(r.generated_tokens), _maybe(r.generated_tokens_per_correct), _maybe(r.keep_share),
             _maybe(r.update_share), _maybe(r.answer_share), _maybe(r.unparsed_share),
         ])
-    return _markdown(lines) if len(lines) > 1 else ""
+    return markdown_table(lines[0], lines[1:]) if len(lines) > 1 else ""
 
 
 def results_json(rows: list[ResultRow], config: dict[str, Any]) -> dict[str, Any]:
