@@ -95,6 +95,8 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     assert cfg.rollout.verifier == "task" and (cfg.optim, cfg.model) == (single.optim, single.model)
     # the overlong ramp would start inside a complete four-value answer (v0 of this recipe, docs/evaluation.md)
     assert not cfg.rollout.overlong_shaping
+    # temperature-1 samples of the 135M model almost never hold the answer (v1 of this recipe, docs/evaluation.md)
+    assert 0 < cfg.rollout.temperature < single.rollout.temperature
     makefile = (Path(__file__).parents[1] / "Makefile").read_text()
     listed = {name: re.search(rf"^{name} := (.*)$", makefile, re.MULTILINE).group(1).split()
               for name in ("MIX_TRAIN_TASKS", "MIX_HELDOUT_TASKS", "MIX_SHORT", "MIX_LONG")}
