@@ -17,8 +17,10 @@ these texts, so `run_memagent` itself renders the prompts. The demo's warm start
 
 from __future__ import annotations
 
+import functools
 import random
 import re
+from collections.abc import Callable
 
 import torch
 from transformers import PreTrainedTokenizerBase
@@ -63,18 +65,23 @@ def _count(tokenizer: PreTrainedTokenizerBase, text: str) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def _chunk_text(lines: list[str], chunk_tokens: int, tokenizer: PreTrainedTokenizerBase, rng: random.Random) -> str:
-    """Lines (each ending in a newline) plus fillers and a pad line, exactly chunk_tokens tokens in total."""
-    used = sum(_count(tokenizer, line) for line in lines)
+def _chunk_text(lines: list[str], chunk_tokens: int, tokenizer: PreTrainedTokenizerBase, rng: random.Random,
+                line_tokens: Callable[[str], int]) -> str:
+    """Lines (each ending in a newline) plus fillers and a pad line, exactly chunk_tokens tokens in total.
+
+    line_tokens counts one line's tokens; lines end in a newline, which this task's tokenizers never merge across, so
+    a chunk's count is the sum of its lines' (checked on the whole chunk below).
+    """
+    used = sum(line_tokens(line) for line in lines)
     while True:
         filler = rng.choice(FILLERS) + "\n"
-        if chunk_tokens - used - _count(tokenizer, filler) < 4:
+        if chunk_tokens - used - line_tokens(filler) < 4:
             break
         lines.insert(rng.randrange(len(lines) + 1), filler)
-        used += _count(tokenizer, filler)
+        used += line_tokens(filler)
     rest = chunk_tokens - used
     pads = ["la" + PAD_WORD * n + "\n" for n in range(rest + 1)]
-    lines += [p for p in pads if _count(tokenizer, p) == rest][:1]
+    lines += [p for p in pads if line_tokens(p) == rest][:1]
     text = "".join(lines)
     if _count(tokenizer, text) != chunk_tokens:
         raise ValueError(f"code_lookup: could not build a chunk of exactly {chunk_tokens} tokens with this tokenizer")
@@ -89,6 +96,9 @@ def generate_code_lookup(tokenizer: PreTrainedTokenizerBase, *, num_chunks: int,
     needle_last: the needle is always in the last chunk (else in a uniformly random one).
     """
     rng = random.Random(seed)
+    # A document is a few dozen distinct lines repeated; counting each once instead of at every use was 11% of the
+    # demo's time (BENCHMARKS.md, "make demo").
+    line_tokens = functools.cache(functools.partial(_count, tokenizer))
     samples = []
     for index in range(num_samples):
         key, value = rng.choice(KEYS), rng.choice(VALUES)
@@ -99,7 +109,7 @@ def generate_code_lookup(tokenizer: PreTrainedTokenizerBase, *, num_chunks: int,
             lines = [NEEDLE.format(key=o, value=rng.choice(VALUES)) + "\n" for o in others]
             if k == needle_chunk:
                 lines.insert(rng.randrange(len(lines) + 1), NEEDLE.format(key=key, value=value) + "\n")
-            chunks.append(_chunk_text(lines, chunk_tokens, tokenizer, rng))
+            chunks.append(_chunk_text(lines, chunk_tokens, tokenizer, rng, line_tokens))
         samples.append(Sample(context="".join(chunks), question=QUESTION.format(key=key), answers=[value],
                               task="code_lookup", index=index, length=num_chunks * chunk_tokens,
                               extra={"needle": NEEDLE.format(key=key, value=value), "needle_chunk": needle_chunk,
