@@ -11,10 +11,14 @@ onto the fragment. A broken line anywhere else is not a kill: it raises, naming 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
+
+BUSY_STATUS = 75
+"""evaluate.py's exit status when another process holds its output directory (EX_TEMPFAIL: try again later)."""
 
 TraceKey = tuple[str, int, int, str]
 """(source: data file stem or task name, length: document tokens it was built for, index, method)."""
@@ -77,3 +81,21 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     except (ValueError, KeyError, TypeError):
         return None
     return record if isinstance(record, dict) else None
+
+
+def lock_output_dir(out: Path) -> IO[str] | None:
+    """Hold an exclusive lock on `out` (the file `out/.lock`) for as long as the returned file stays open, so two
+    evaluations never append to one traces.jsonl (each would skip only the samples it has read back, and the second
+    copy of a sample makes the file unreadable). Returns None when another process holds it; the lock file then
+    names that process. The kernel drops the lock when its holder exits, killed or not.
+    """
+    handle = (out / ".lock").open("a+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    handle.truncate(0)
+    handle.write(f"pid {os.getpid()}\n")
+    handle.flush()
+    return handle

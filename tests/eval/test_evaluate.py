@@ -107,3 +107,29 @@ def test_data_files_are_scored_per_file_with_their_own_task_metric(evaluate, tin
     [row] = json.loads((out / "results.json").read_text())["rows"]
     assert (row["source"], row["n"], row["metric"]) == ("hqa_200", 2, "sub_em")
     assert row["em"] is not None and row["f1"] is not None
+
+
+def test_a_second_evaluation_of_a_directory_in_use_exits_busy_and_writes_nothing(evaluate, tiny_model_dir, tmp_path,
+                                                                                  capsys):
+    import subprocess
+    import sys
+
+    from memagent.evaluation.traces import BUSY_STATUS
+
+    out = tmp_path / "run"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; "
+         "from memagent.evaluation.traces import lock_output_dir; "
+         f"lock = lock_output_dir(Path({str(out)!r})); print('locked', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        assert evaluate.main(evaluate_argv(tiny_model_dir, out)) == BUSY_STATUS
+        assert f"pid {holder.pid}" in capsys.readouterr().err
+        assert not (out / "traces.jsonl").exists() and not (out / "run_config.json").exists()
+    finally:
+        holder.kill()  # SIGKILL: the kernel releases a dead holder's lock
+        holder.wait()
+    assert evaluate.main(evaluate_argv(tiny_model_dir, out)) == 0
+    assert len(read_traces(out)) == 3
