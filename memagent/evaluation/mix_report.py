@@ -14,6 +14,7 @@ except the --markdown and --figure paths it is given.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from collections.abc import Callable
@@ -136,6 +137,8 @@ class TrainingCurves:
     metrics: Path
     columns: tuple[CurveColumn, ...]
     """Only the fields the run logged."""
+    temperature: float | None = None
+    """The run's rollout temperature (its config.json), None when the run dir has no config.json."""
 
 
 def read_curves(run_dir: str | Path, tasks: tuple[str, ...] = MIX_LAYOUT.train_tasks) -> TrainingCurves:
@@ -151,7 +154,9 @@ def read_curves(run_dir: str | Path, tasks: tuple[str, ...] = MIX_LAYOUT.train_t
         steps, values = read_training_curve(metrics, key)
         if steps:
             columns.append(CurveColumn(label, {s: scale * v for s, v in zip(steps, values)}))
-    return TrainingCurves(metrics, tuple(columns))
+    config = Path(run_dir) / "config.json"
+    temperature = json.loads(config.read_text())["rollout"]["temperature"] if config.is_file() else None
+    return TrainingCurves(metrics, tuple(columns), temperature)
 
 
 def curves_markdown(curves: TrainingCurves) -> str:
@@ -162,7 +167,8 @@ def curves_markdown(curves: TrainingCurves) -> str:
         return f"{title}\n\nNo RL step logged yet."
     lines = [[str(step), *(f"{c.by_step[step]:.1f}" if step in c.by_step else MISSING for c in curves.columns)]
              for step in steps]
-    note = "Sampled training rollouts (temperature 1, the training verifier), refills included."
+    sampled = "" if curves.temperature is None else f" at temperature {curves.temperature:g}"
+    note = f"Sampled training rollouts{sampled} (the training verifier), refills included."
     return "\n\n".join([title, markdown_table(["step", *(c.label for c in curves.columns)], lines), note])
 
 

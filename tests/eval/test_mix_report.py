@@ -253,6 +253,9 @@ def test_training_curve_table_has_a_row_per_step_in_percent_and_tokens(tmp_path)
     assert split_row(header) == ["step", "accuracy %", "niah_single_1 %", "memory tokens", "answer tokens"]
     assert table_cells(text, "1") == ["25.0", "50.0", "60.0", "30.5"]
     assert table_cells(text, "2") == ["50.0", "—", "40.0", "12.0"]
+    assert "Sampled training rollouts (the training verifier)" in text  # no config.json: no temperature claimed
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"rollout": {"temperature": 0.6}}))
+    assert "at temperature 0.6 (" in curves_markdown(read_curves(tmp_path / "run", ("niah_single_1",)))
 
 
 def test_a_run_without_metrics_is_an_error_naming_it(tmp_path) -> None:
