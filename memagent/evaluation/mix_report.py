@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memagent.evaluation.figures import read_training_curve
+from memagent.evaluation.memory_errors import FateCounts, count_fates, fates_markdown
 from memagent.evaluation.mix_figure import draw_mix_figure
 from memagent.evaluation.mix_scores import (
     MIX_LAYOUT,
@@ -30,6 +31,7 @@ from memagent.evaluation.mix_scores import (
     RowAverage,
     SeedSpread,
     read_mix_scores,
+    read_traces,
     rl_gain,
     row_average,
     seed_average_spread,
@@ -172,10 +174,29 @@ def curves_markdown(curves: TrainingCurves) -> str:
     return "\n\n".join([title, markdown_table(["step", *(c.label for c in curves.columns)], lines), note])
 
 
-def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: MixLayout = MIX_LAYOUT) -> str:
-    """The whole report: tables, target check, training curves."""
+def read_fates(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> list[FateCounts]:
+    """Where the golds of the training tasks went (memagent.evaluation.memory_errors) in every MemAgent row's cell
+    under eval_dir, labelled "{row label}, {length}x"; cells not evaluated yet are left out."""
+    cells = []
+    for length in layout.train_lengths:
+        for row in layout.rows:
+            traces = Path(eval_dir) / f"{row.name}-{length}" / "traces.jsonl"
+            if row.method != "memagent" or not traces.is_file():  # the baseline keeps no memory
+                continue
+            label = f"{row.label}, {layout.times(length)}"
+            cells += [c for c in count_fates(label, read_traces(traces)) if c.task in layout.train_tasks]
+    return cells
+
+
+def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: MixLayout = MIX_LAYOUT,
+                    fates: list[FateCounts] | None = None) -> str:
+    """The whole report: tables, target check, where the golds went, training curves."""
     parts = ["## MemAgent's evaluation in small: SmolLM2-135M-Instruct, smollm2-mix", tables_markdown(scores, layout),
-             targets_markdown(check_targets(scores, layout)), *(curves_markdown(c) for c in curves)]
+             targets_markdown(check_targets(scores, layout))]
+    if fates:
+        parts += ["### Where the golds went (training tasks, percent of golds; docs/evaluation.md)",
+                  fates_markdown(fates)]
+    parts += [curves_markdown(c) for c in curves]
     return "\n\n".join(parts) + "\n"
 
 
@@ -203,7 +224,7 @@ def main(argv: list[str] | None = None) -> str:
             print(f"skipping --runs {run}: not a directory", file=sys.stderr)
             continue
         curves.append(read_curves(run, layout.train_tasks))
-    text = report_markdown(scores, curves, layout)
+    text = report_markdown(scores, curves, layout, read_fates(args.eval_dir, layout))
     write_markdown(text, args.markdown)
     if args.figure:
         print(f"wrote {draw_mix_figure(scores, args.figure, layout)}", file=sys.stderr)

@@ -291,6 +291,20 @@ def test_cli_writes_tables_targets_and_curves_and_skips_a_run_that_is_no_directo
     assert "skipping --runs" in capsys.readouterr().err
 
 
+def test_where_the_golds_went_covers_memagent_rows_of_training_tasks_only(tmp_path) -> None:
+    from memagent.evaluation.mix_report import read_fates, report_markdown
+
+    write_cell(tmp_path, "untrained", "niah_single_1", 512, [1.0, 0.0])  # answer "7" holds gold "7": answered
+    write_cell(tmp_path, "seed0", "niah_single_1", 32768, [1.0])
+    write_cell(tmp_path, "untrained", "vt", 512, [1.0])  # held out: not a training task
+    write_cell(tmp_path, "baseline", "niah_single_1", 512, [1.0], method="full-context")  # no memory to read
+    fates = read_fates(tmp_path, SMALL)
+    assert [(c.row, c.task, c.total, c.counts["answered"]) for c in fates] == [
+        ("untrained, 1x", "niah_single_1", 2, 2), ("seed 0, 64x", "niah_single_1", 1, 1)]
+    text = report_markdown(read_mix_scores(tmp_path, SMALL), [], SMALL, fates)
+    assert table_cells(text, "niah_single_1", "seed 0, 64x")[:2] == ["1", "100.0"]
+
+
 def test_cli_reports_a_missing_eval_dir_as_one_error_line(tmp_path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         cli(["--eval-dir", str(tmp_path / "nowhere")])
