@@ -12,14 +12,20 @@ are written.
 
 from __future__ import annotations
 
-import argparse
 import math
 import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from memagent.evaluation.mix_report import MISSING, run_report, spread_text, write_markdown
+from memagent.evaluation.mix_report import (
+    MISSING,
+    parse_report_args,
+    report_parser,
+    run_report,
+    spread_text,
+    write_markdown,
+)
 from memagent.evaluation.mix_scores import (
     SEED_ROWS,
     MixLayout,
@@ -208,19 +214,8 @@ def draw_gates_figure(scores: MixScores, out: str | Path) -> Path:
 
 def main(argv: list[str] | None = None) -> str:
     """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--eval-dir", required=True, help="dir of {row}-{length} evaluate.py output dirs")
-    parser.add_argument("--markdown", help="file to write the report to (default: stdout)")
-    parser.add_argument("--figure", help="PNG of tokens per correct answer against accuracy (needs matplotlib)")
-    parser.add_argument("--target-n", type=int, default=UNGATED.target_n, help="questions in a finished cell")
-    args = parser.parse_args(argv)
-    if args.target_n < 1:
-        parser.error(f"--target-n {args.target_n}: must be at least 1")
-    if args.figure:
-        try:  # before the reading, so a missing matplotlib costs nothing
-            pyplot()
-        except RuntimeError as e:
-            parser.error(f"--figure {args.figure}: {e}")
+    parser = report_parser(__doc__.split("\n\n")[0], "tokens per correct answer against accuracy", UNGATED.target_n)
+    args = parse_report_args(parser, argv)
     scores = read_mix_scores(args.eval_dir, MixLayout(seeds=(*SEED_ROWS, *GATED_ROWS)))
     text = report_markdown(scores, args.target_n)
     write_markdown(text, args.markdown)

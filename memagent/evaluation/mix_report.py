@@ -200,22 +200,36 @@ def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: Mix
     return "\n\n".join(parts) + "\n"
 
 
-def main(argv: list[str] | None = None) -> str:
-    """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def report_parser(description: str, figure: str, target_n: int) -> argparse.ArgumentParser:
+    """The options every report over an eval dir takes: --eval-dir, --markdown, --figure (`figure` says what it
+    draws) and --target-n (default `target_n`); parse with `parse_report_args`."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--eval-dir", required=True, help="dir of {row}-{length} evaluate.py output dirs")
-    parser.add_argument("--runs", nargs="*", default=[], help="train.py output dirs (their metrics.jsonl)")
     parser.add_argument("--markdown", help="file to write the report to (default: stdout)")
-    parser.add_argument("--figure", help="PNG of accuracy against length (needs matplotlib)")
-    parser.add_argument("--target-n", type=int, default=MIX_LAYOUT.target_n, help="questions in a finished cell")
+    parser.add_argument("--figure", help=f"PNG of {figure} (needs matplotlib)")
+    parser.add_argument("--target-n", type=int, default=target_n, help="questions in a finished cell")
+    return parser
+
+
+def parse_report_args(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """Parse a `report_parser` command line; refuse --target-n below 1, and a --figure without matplotlib before any
+    file is read."""
     args = parser.parse_args(argv)
     if args.target_n < 1:
         parser.error(f"--target-n {args.target_n}: must be at least 1")
     if args.figure:
-        try:  # before the reading, so a missing matplotlib costs nothing
+        try:
             pyplot()
         except RuntimeError as e:
             parser.error(f"--figure {args.figure}: {e}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> str:
+    """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
+    parser = report_parser(__doc__.split("\n\n")[0], "accuracy against length", MIX_LAYOUT.target_n)
+    parser.add_argument("--runs", nargs="*", default=[], help="train.py output dirs (their metrics.jsonl)")
+    args = parse_report_args(parser, argv)
     layout = MixLayout(target_n=args.target_n)
     scores = read_mix_scores(args.eval_dir, layout)
     curves = []
