@@ -38,7 +38,7 @@ from memagent.evaluation.model_choice import EvaluatedModel, add_model_args, bui
 from memagent.evaluation.plot import plot_results
 from memagent.evaluation.scoring import score_answer
 from memagent.evaluation.tables import aggregate, format_cost_table, format_table, results_json
-from memagent.evaluation.traces import BUSY_STATUS, TraceFile, TraceKey, lock_output_dir
+from memagent.evaluation.traces import BUSY_STATUS, OutputDirBusy, TraceFile, TraceKey, lock_output_dir
 from memagent.progress import progress_bar
 from memagent.records import Sample, Trajectory
 from memagent.rollout.chunking import num_chunks, tokenize_document
@@ -214,11 +214,10 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--baseline full-context needs --window (the model config has no max_position_embeddings)")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    lock = lock_output_dir(out)
-    if lock is None:
-        holder = (out / ".lock").read_text().strip() or "another process"
-        print(f"{out} is being written by another evaluation ({holder}); rerun this command once it ends",
-              file=sys.stderr)
+    try:
+        lock = lock_output_dir(out)  # held until the results are written (or the process ends)
+    except OutputDirBusy as e:
+        print(e, file=sys.stderr)
         return BUSY_STATUS
     run_config = {"model": evaluated.name, "temperature": evaluated.temperature, "top_p": evaluated.top_p,
                   "seed": args.seed, "data_seed": args.data_seed, "window": window, **asdict(config)}
@@ -260,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {plot_results(rows, out / 'score_vs_length.png')}")
         except RuntimeError as e:
             print(f"no plot: {e}", file=sys.stderr)
+    lock.close()
     return 0
 
 

@@ -83,18 +83,27 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     return record if isinstance(record, dict) else None
 
 
-def lock_output_dir(out: Path) -> IO[str] | None:
+class OutputDirBusy(Exception):
+    """Another process holds the output directory's lock; `holder` names it ("pid N")."""
+
+    def __init__(self, out: Path, holder: str) -> None:
+        super().__init__(f"{out} is being written by another evaluation ({holder}); rerun this command once it ends")
+        self.holder = holder
+
+
+def lock_output_dir(out: Path) -> IO[str]:
     """Hold an exclusive lock on `out` (the file `out/.lock`) for as long as the returned file stays open, so two
     evaluations never append to one traces.jsonl (each would skip only the samples it has read back, and the second
-    copy of a sample makes the file unreadable). Returns None when another process holds it; the lock file then
-    names that process. The kernel drops the lock when its holder exits, killed or not.
+    copy of a sample makes the file unreadable). Raises OutputDirBusy, naming the holder's pid, when another process
+    holds it. The kernel drops the lock when its holder exits, killed or not.
     """
-    handle = (out / ".lock").open("a+", encoding="utf-8")
+    path = out / ".lock"
+    handle = path.open("a+", encoding="utf-8")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         handle.close()
-        return None
+        raise OutputDirBusy(out, path.read_text().strip() or "another process") from None
     handle.truncate(0)
     handle.write(f"pid {os.getpid()}\n")
     handle.flush()
