@@ -67,7 +67,8 @@ def _distractor_source(names: NameSource) -> Stream:
 
 
 def generate_hotpotqa_synth(tokenizer: Any, *, length: int, num_samples: int, seed: int) -> list[Sample]:
-    """Bridge questions whose document lists have `length` tokens; extra["num_docs"] counts the documents."""
+    """Bridge questions whose document lists have `length` tokens; extra["num_docs"] counts the documents and
+    extra["bridge"] names the city, the answer of the first hop (memagent.evaluation.memory_errors --bridge)."""
     counter = TokenCounter(tokenizer)
     samples = []
     for index in range(num_samples):
@@ -80,7 +81,7 @@ def generate_hotpotqa_synth(tokenizer: Any, *, length: int, num_samples: int, se
         fitted = fit_haystack(
             counter, length, distractors, gold, depths, task=TASK, sep="\n\n", header=doc_header
         )
-        extra: dict[str, object] = {"num_docs": fitted.num_units}
+        extra: dict[str, object] = {"num_docs": fitted.num_units, "bridge": city}
         question = f"Which country does {person} live in?"
         samples.append(Sample(fitted.context, question, [country], TASK, index, fitted.length, extra))
     return samples

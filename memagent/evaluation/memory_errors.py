@@ -17,18 +17,28 @@ the table's sub-exact-match.
     python -m memagent.evaluation.memory_errors runs/mix-eval/untrained-512 runs/mix-eval/seed0-512
     python -m memagent.evaluation.memory_errors runs/mix-eval/untrained-512 runs/mix-eval/seed0-512 \\
         --show niah_multikey_2:3          # one question's memories and answers, row by row
+    python -m memagent.evaluation.memory_errors runs/mix-eval/baseline-512 runs/mix-eval/seed0-512 --bridge
+
+`--bridge` asks the same of hotpotqa_synth's first hop: the fates of the bridge city (where the person lives; the
+gold is that city's country), so a row that answers with the city tells "one hop made, the second missed" from
+"nothing found". The traces do not hold the city: each directory's questions are regenerated from its
+run_config.json (the model's tokenizer, data seed and length, as evaluate.py generated them). A row without
+memories (the full-context baseline) has only two fates: answered, or never kept (not in the answer).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memagent.data import make_task
 from memagent.evaluation.mix_scores import read_traces
 from memagent.evaluation.tables import markdown_table
+from memagent.model.loading import load_tokenizer
 from memagent.verify import is_retrieval_task
 
 ANSWERED, NOT_ANSWERED, LOST, NEVER_KEPT = "answered", "kept, not answered", "lost", "never kept"
@@ -86,6 +96,35 @@ def count_fates(row: str, traces: Sequence[dict[str, Any]]) -> list[FateCounts]:
     return [FateCounts(row, task, by_task[task]) for task in sorted(by_task)]
 
 
+BRIDGE_TASK = "hotpotqa_synth"
+"""The task whose samples name a bridge (memagent.data.hotpot: extra["bridge"])."""
+
+
+def bridge_cities(run_config: dict[str, Any], length: int, count: int) -> dict[int, str]:
+    """Index -> bridge city of the first `count` hotpotqa_synth questions at `length` tokens, regenerated as the
+    evaluate.py run of `run_config` (its run_config.json) generated them."""
+    tokenizer = load_tokenizer(run_config["model"])
+    samples = make_task(BRIDGE_TASK, tokenizer, length, count, run_config["data_seed"])
+    return {s.index: str(s.extra["bridge"]) for s in samples}
+
+
+def count_bridge_fates(row: str, traces: Sequence[dict[str, Any]], run_config: dict[str, Any]) -> list[FateCounts]:
+    """FateCounts of the bridge city over the hotpotqa_synth traces (any method), one per length (sorted)."""
+    by_length: dict[int, list[dict[str, Any]]] = {}
+    for t in traces:
+        if t["task"] == BRIDGE_TASK:
+            by_length.setdefault(t["length"], []).append(t)
+    cells = []
+    for length in sorted(by_length):
+        found = by_length[length]
+        cities = bridge_cities(run_config, length, max(t["index"] for t in found) + 1)
+        counts = dict.fromkeys(FATES, 0)
+        for t in found:
+            counts[gold_fate(cities[t["index"]], t["memories"] or [], t["extracted"])] += 1
+        cells.append(FateCounts(row, f"{BRIDGE_TASK} bridge city", counts))
+    return cells
+
+
 def fates_markdown(cells: Sequence[FateCounts]) -> str:
     """One line per (task, row): the golds and the share of each fate in percent."""
     lines = [[c.task, c.row, str(c.total)] + [f"{100 * c.counts[f] / c.total:.1f}" for f in FATES]
@@ -116,6 +155,9 @@ def main(argv: list[str] | None = None) -> str:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dirs", nargs="+", type=Path, help="evaluate.py output directories (each with traces.jsonl)")
     p.add_argument("--show", metavar="TASK:INDEX", help="print one question's memories and answers per directory")
+    p.add_argument("--bridge", action="store_true",
+                   help="hotpotqa_synth only: the fates of the bridge city, the first hop's answer (needs each "
+                        "directory's run_config.json and its model's tokenizer)")
     args = p.parse_args(argv)
     for d in args.dirs:
         if not (d / "traces.jsonl").is_file():
@@ -125,6 +167,14 @@ def main(argv: list[str] | None = None) -> str:
         if not task or not index.isdigit():
             raise SystemExit(f"--show {args.show!r}: expected TASK:INDEX, e.g. niah_multikey_2:3")
         return show_question(args.dirs, task, int(index))
+    if args.bridge:
+        cells = []
+        for d in args.dirs:
+            if not (d / "run_config.json").is_file():
+                raise SystemExit(f"{d}: no run_config.json, so its questions cannot be regenerated for --bridge")
+            run_config = json.loads((d / "run_config.json").read_text())
+            cells += count_bridge_fates(d.name, read_traces(d / "traces.jsonl"), run_config)
+        return fates_markdown(cells)
     return fates_markdown([c for d in args.dirs for c in count_fates(d.name, read_traces(d / "traces.jsonl"))])
 
 

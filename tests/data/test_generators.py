@@ -111,7 +111,7 @@ def test_hotpot_bridge_resolves_to_the_answer(tokenizer):
     for sample in make_task("hotpotqa_synth", tokenizer, 2048, 4, seed=0):
         person = re.fullmatch(r"Which country does (.+) live in\?", sample.question).group(1)
         cities = re.findall(rf"{person} lives in (\w+)\.", sample.context)
-        assert len(cities) == 1
+        assert cities == [sample.extra["bridge"]]
         countries = re.findall(rf"{cities[0]} is in (\w+)\.", sample.context)
         assert countries == sample.answers
         docs = re.findall(r"^Document (\d+):$", sample.context, flags=re.M)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from memagent.data import make_task
 from memagent.evaluation.memory_errors import (
     ANSWERED,
     FATES,
@@ -90,3 +91,30 @@ def test_the_command_names_a_directory_without_traces_and_a_bad_show(tmp_path: P
     run = _write(tmp_path / "run", [])
     with pytest.raises(SystemExit, match="TASK:INDEX"):
         main([str(run), "--show", "niah_single_1"])
+
+
+def test_bridge_fates_follow_the_regenerated_city_and_a_baseline_row_has_no_memory_fates(
+        tmp_path: Path, tiny_model_dir: Path, tiny_tokenizer) -> None:
+    questions = make_task("hotpotqa_synth", tiny_tokenizer, 300, 3, seed=5)
+    city = [q.extra["bridge"] for q in questions]
+    config = {"model": str(tiny_model_dir), "data_seed": 5}
+
+    def hotpot(index: int, memories: list[str] | None, extracted: str, method: str = "memagent") -> dict:
+        trace = _trace("hotpotqa_synth", questions[index].answers, memories, extracted, index)
+        return {**trace, "length": 300, "method": method}
+
+    seed = _write(tmp_path / "seed0-300", [
+        hotpot(0, [f"lives in {city[0]}", "none"], f"{city[0]}"),      # answered (the first hop only)
+        hotpot(1, [f"lives in {city[1]}", "none"], "no idea"),         # lost
+        hotpot(2, ["none", "none"], "no idea")])                       # never kept
+    baseline = _write(tmp_path / "baseline-300", [hotpot(i, None, city[i] if i else "no", "full-context")
+                                                  for i in range(3)])
+    for d in (seed, baseline):
+        (d / "run_config.json").write_text(json.dumps(config))
+    table = main([str(seed), str(baseline), "--bridge"]).splitlines()
+    rows = {line.split("|")[2].strip(): [c.strip() for c in line.split("|")[3:8]] for line in table[2:]}
+    assert rows == {"seed0-300": ["3", "33.3", "0.0", "33.3", "33.3"],
+                    "baseline-300": ["3", "66.7", "0.0", "0.0", "33.3"]}
+    (seed / "run_config.json").unlink()
+    with pytest.raises(SystemExit, match="seed0-300: no run_config.json"):
+        main([str(seed), "--bridge"])
