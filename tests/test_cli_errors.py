@@ -156,3 +156,15 @@ def test_every_command_line_prints_its_help(args: list[str]) -> None:
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("usage:"), proc.stdout[:200]
     assert "error" not in proc.stderr
+
+
+@pytest.mark.parametrize("flag, value", [("--batch-size", "0"), ("--num-samples", "0"), ("--lengths", "0"),
+                                         ("--limit", "0"), ("--window", "-1")])
+def test_evaluate_names_a_count_flag_below_one_before_loading_anything(flag, value, capsys):
+    from memagent.evaluate import parse_args
+
+    argv = ["--model", "m", "--task", "vt", "--lengths", "512", flag, value]
+    with pytest.raises(SystemExit) as stop:
+        parse_args(argv)
+    assert stop.value.code == 2
+    assert f"{flag} must be >= 1, got {value}" in capsys.readouterr().err
