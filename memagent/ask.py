@@ -103,8 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quiet", action="store_true", help="print only the answer")
     add_model_args(parser)
     args = parser.parse_args(argv)
+    if not args.question.strip():
+        parser.error("--question is empty: ask something about the document")
 
     document = load_document(args.document)
+    if not document.strip():
+        raise SystemExit(f"--document {args.document}: no text to read (empty or only whitespace)")
     evaluated = build_evaluated_model(args)
     config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None, section_first=args.section_first,

@@ -168,3 +168,16 @@ def test_evaluate_names_a_count_flag_below_one_before_loading_anything(flag, val
         parse_args(argv)
     assert stop.value.code == 2
     assert f"{flag} must be >= 1, got {value}" in capsys.readouterr().err
+
+
+def test_ask_refuses_an_empty_question_or_document_before_loading_a_model(tmp_path, capsys):
+    from memagent.ask import main
+
+    blank, text = tmp_path / "blank.txt", tmp_path / "doc.txt"
+    blank.write_text("  \n\n")
+    text.write_text("The code is 42.")
+    with pytest.raises(SystemExit, match=f"--document {blank}: no text to read"):
+        main(["--model", str(tmp_path / "no-model"), "--document", str(blank), "--question", "What is the code?"])
+    with pytest.raises(SystemExit) as stop:
+        main(["--model", str(tmp_path / "no-model"), "--document", str(text), "--question", " "])
+    assert stop.value.code == 2 and "--question is empty" in capsys.readouterr().err
