@@ -83,13 +83,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("pass either --data FILE [FILE ...] or --task NAME [NAME ...] --lengths N [N ...]")
     if args.task and not args.lengths:
         p.error("--task needs --lengths")
-    counts = {"--batch-size": [args.batch_size], "--num-samples": [args.num_samples], "--lengths": args.lengths,
-              "--limit": [] if args.limit is None else [args.limit], "--window": [] if args.window is None else
-              [args.window]}
-    for flag, values in counts.items():
-        for value in values:
-            if value < 1:
-                p.error(f"{flag} must be >= 1, got {value}")
+    counts = [("--batch-size", args.batch_size), ("--num-samples", args.num_samples), ("--limit", args.limit),
+              ("--window", args.window)] + [("--lengths", n) for n in args.lengths]
+    for flag, value in counts:
+        if value is not None and value < 1:  # None: --limit / --window left to their defaults
+            p.error(f"{flag} must be >= 1, got {value}")
     return args
 
 
