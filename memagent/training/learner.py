@@ -14,6 +14,7 @@ torch AdamW avoids building cpu_adam.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import datetime
 import json
@@ -62,6 +63,21 @@ def init_process_group(device: torch.device, timeout_s: float) -> None:
     if world > 1 and not dist.is_initialized():
         dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
                                 timeout=datetime.timedelta(seconds=timeout_s))
+        # At exit, not at the end of train.main: gloo cannot re-join a default group destroyed under torchrun, and a
+        # process may run several trainings (tests/train/smoke_train.py's "each").
+        atexit.register(close_process_group)
+
+
+def close_process_group() -> None:
+    """Destroy the process group if one is open (registered with atexit by init_process_group).
+
+    Why: a gloo group still open when the interpreter finalizes lets its worker threads outlive the interpreter, and a
+    rank can then die with SIGABRT ("terminate called without an active exception") after its run has finished, which
+    torchrun reports as a failed run. Local only, no barrier: on a failed run a peer may be gone, and on a finished
+    one every collective has completed on every rank before any of them exits.
+    """
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def warmup_constant(warmup_steps: int) -> Any:

@@ -9,10 +9,14 @@ usage: torchrun --nproc_per_node 2 tests/train/smoke_train.py BACKEND OUT [train
 KILL_IN_CHECKPOINT=STEP:RANK in the environment: rank RANK sends itself SIGKILL at its first torch.save into the
 temporary directory of checkpoint STEP, i.e. in the middle of that checkpoint's write (rank 0 has written model/,
 DeepSpeed may be writing the other rank's partition).
+
+At exit, after every other exit handler, the driver prints "process group open at exit: BOOL" (test_faults.py checks
+False: a gloo group left open when the interpreter finalizes can abort a rank with SIGABRT after its run finished).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -44,7 +48,12 @@ def kill_in_checkpoint(spec: str) -> None:
     torch.save = save
 
 
+def report_open_group_at_exit() -> None:
+    print(f"process group open at exit: {torch.distributed.is_initialized()}", flush=True)
+
+
 def main(backend: str, out: str, flags: list[str]) -> None:
+    atexit.register(report_open_group_at_exit)  # registered first, so it runs after the handlers a run registers
     rewards.VERIFIERS["strict"] = lambda response, golds: float(len(response) % 2)
     if os.environ.get("KILL_IN_CHECKPOINT"):
         kill_in_checkpoint(os.environ["KILL_IN_CHECKPOINT"])

@@ -4,7 +4,8 @@
   and ZeRO-3: `--resume latest` then gives the metrics of an uninterrupted run;
 - ranks started without a launcher that watches them (as on two nodes): when one stops answering, the other fails
   with the backend's timeout error within run.collective_timeout_s instead of waiting;
-- a DeepSpeed checkpoint resumes in one plain process, with the AdamW state of the DDP run.
+- a DeepSpeed checkpoint resumes in one plain process, with the AdamW state of the DDP run;
+- a rank closes its process group before the interpreter finalizes (one left open can abort a finished rank).
 
 Launches: one for the three uninterrupted runs, two per backend (killed, resumed), one pair without a launcher; each
 bounded by a timeout that kills its whole process group. OMP_NUM_THREADS=1 so two ranks fit two cores.
@@ -143,6 +144,12 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory, model_flags: list[st
     status, output = finish(torchrun(log, "each", str(out), *model_flags), log, timeout_s=240)
     assert status == 0, output[-3000:]
     return out
+
+
+@pytest.mark.multiprocess
+def test_a_two_rank_process_closes_its_process_group_before_the_interpreter_finalizes(uninterrupted: Path) -> None:
+    lines = re.findall(r"process group open at exit: (\w+)", (uninterrupted / "launch.log").read_text())
+    assert lines == ["False", "False"], lines  # one line per rank
 
 
 def test_the_seeded_kill_moments_cover_a_step_and_checkpoint_writes_of_both_ranks() -> None:
