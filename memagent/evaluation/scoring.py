@@ -6,6 +6,9 @@ response (`extract_answer`: last \\boxed{}, else the text after "the answer is",
   strings contained in the answer (multi-answer tasks get partial credit);
 - everything else is QA-like (hotpotqa, qa_1/qa_2, one's own data): sub_exact_match, with EM and F1 reported next
   to it. MemAgent scores sub_em against the first gold only; we take the max over all golds, as SQuAD does.
+  Departure: an answer that normalizes to nothing (":", "The.") scores 0. MemAgent's sub_em finds the empty string
+  inside every gold and pays 1.0 (`sub_exact_match` keeps that rule, as MemAgent's reported numbers use it); a
+  policy stuck in a loop such as "The answer is: The answer is:" extracts ":" and would score on every question.
 A request that failed (HTTP error after retries) scores 0 on every metric and stays in the denominator.
 """
 
@@ -13,7 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from memagent.verify import exact_match, f1_score, is_retrieval_task, string_match_all, sub_exact_match
+from memagent.verify import (
+    exact_match,
+    f1_score,
+    is_retrieval_task,
+    normalize_answer,
+    string_match_all,
+    sub_exact_match,
+)
 from memagent.verify.lenient import extract_answer
 
 STRING_MATCH_ALL = "string_match_all"
@@ -49,5 +59,7 @@ def score_answer(task: str, response: str, golds: list[str], *, failed: bool = F
     extracted = extract_answer(response)
     if not qa:
         return Score(metric, string_match_all(extracted, golds), extracted, None, None)
+    if normalize_answer(extracted) == "":  # the departure above
+        return Score(metric, 0.0, extracted, 0.0, 0.0)
     return Score(metric, sub_exact_match(extracted, golds), extracted, exact_match(extracted, golds),
                  f1_score(extracted, golds))

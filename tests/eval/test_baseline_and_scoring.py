@@ -47,6 +47,14 @@ def test_qa_tasks_use_lenient_sub_em_and_report_em_and_f1():
     assert (score.metric, score.score, score.em, score.f1) == (SUB_EM, 1.0, 1.0, 1.0)
 
 
+@pytest.mark.parametrize("response", ["The answer is: The answer is:", "The answer is: .", r"\boxed{The.}"])
+def test_a_qa_answer_with_no_content_after_normalizing_scores_zero(response):
+    # MemAgent's sub_em finds the empty string inside every gold and pays 1.0 (a looping gated policy whose answer
+    # extracts to ":" scored 7 of 48 on hotpotqa_synth that way); the evaluation score must not.
+    score = score_answer("hotpotqa_synth", response, ["Stairmelia"])
+    assert (score.score, score.em, score.f1) == (0.0, 0.0, 0.0)
+
+
 def test_failed_request_scores_zero_and_counts_in_the_denominator():
     ok = {"method": "memagent", "source": "qa", "length": 1, "num_chunks": 1, "wall_s": 0.0, "error": None}
     rows = aggregate([
