@@ -26,14 +26,15 @@ def make_samples(n: int) -> list[Sample]:
 
 
 def fake_rollout(group_size: int, correct: callable, calls: list[int]):
-    """A rollout callable: G trajectories per sample, tagged "q{index}/r{j}", correct where correct(index, j)."""
+    """A rollout callable: G trajectories per sample, tagged "q{index}/r{j}/call{n}/p{position}" (a call that spans
+    the stream's epoch boundary may hold a question twice), correct where correct(index, j)."""
 
     def rollout(samples: list[Sample]) -> list[Trajectory]:
         calls.append(len(samples))
         out = []
         for position, sample in enumerate(samples):
             for j in range(group_size):
-                tag = f"q{sample.index}/r{j}/call{len(calls)}"
+                tag = f"q{sample.index}/r{j}/call{len(calls)}/p{position}"
                 answer = f"\\boxed{{gold{sample.index}}}" if correct(sample.index, j) else "\\boxed{wrong}"
                 memory = Conversation([1, 2], [3], [1], torch.zeros(1), True, MEMORY, 0, tag)
                 final = Conversation([1, 2], [4, 5], [1, 1], torch.zeros(2), True, ANSWER, -1, answer)
