@@ -134,14 +134,18 @@ smollm2-mix: $(STAMP)
 # Gated memory against the mix (docs/gates.md): the same recipe with `workflow.gates both` (preset smollm2-mix-gates),
 # evaluated with --gates both on the same cells into runs/mix-eval/gates-seed$(SEED)-*; `make smollm2-gates-report`
 # compares it with the ungated seeds (accuracy, generated tokens per correct answer, wall time per question).
-GATES_RUN = runs/smollm2-mix-gates-seed$(SEED)
+# GATES_PRESET=smollm2-mix-gates-cost runs the read-cost variant into runs/smollm2-mix-gates-cost-seed$(SEED) and
+# rows gates-cost-seed$(SEED)-*.
+GATES_PRESET ?= smollm2-mix-gates
+GATES_RUN = runs/$(GATES_PRESET)-seed$(SEED)
+GATES_ROW = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))-seed$(SEED)
 GATES_RL = $(GATES_RUN)/checkpoints/step_000010/model
 smollm2-mix-gates: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
-	test -d $(GATES_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset smollm2-mix-gates --run.seed $(SEED) \
+	test -d $(GATES_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset $(GATES_PRESET) --run.seed $(SEED) \
 		--run.output-dir $(GATES_RUN) $$(ls $(GATES_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
 	for len in $(MIX_SHORT) $(MIX_LONG); do \
-		$(call mix_cell,$(GATES_RL),gates-seed$(SEED),--baseline none --gates both,$$len) || exit 1; done
+		$(call mix_cell,$(GATES_RL),$(GATES_ROW),--baseline none --gates both,$$len) || exit 1; done
 	$(MAKE) smollm2-gates-report
 
 smollm2-gates-report: $(STAMP)

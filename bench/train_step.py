@@ -15,11 +15,16 @@ from the same initial weights and sampling seed, each adding one change to the o
   +reuse         the sampler's log-probs as the old policy's, no old-log-prob pass (rollout.reuse_logprobs)
   +section-first the section before the memory (workflow.section_first): a group's prompts share the chunk,
                  in the rollout's prefill and in the update's prefixes
+  +prefix+compile, +reuse+compile
+                 today's defaults in bf16 (+prefix) and in fp32 (+reuse), with every MLP and RMSNorm compiled
+                 (model.compile, memagent.model.compiled); compilation runs in an untimed warm-up step first,
+                 whose seconds are printed (a training run pays them once, in its first step)
+--settings picks which run (default: the first four; `before` always runs, as the reference).
 Reported per setting: rollout, old log-prob and update seconds, the step's total, forwarded update tokens (the
 shared prefixes counted once) and the speed-up of the step over `before`. --dtype: auto (bf16 autocast where native,
 memagent.model.precision), float32, or bfloat16 (forced). Models: "tiny" (the demo's tiny Qwen2, built into
 runs/bench/tiny if missing) and "smollm2" (models/smollm2-135m-instruct from `make smollm2`; skipped with a message
-when absent). The last line is `step speedup (all vs before): X.XXx` of the last model.
+when absent). The last line is `step speedup (last setting vs before): X.XXx` of the last model.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 from memagent.data import make_task  # noqa: E402
 from memagent.demo.task import corpus  # noqa: E402
 from memagent.model import build_tiny_model, load_model, load_tokenizer  # noqa: E402
+from memagent.model.compiled import compile_elementwise  # noqa: E402
 from memagent.model.precision import autocast, training_autocast  # noqa: E402
 from memagent.rl import step  # noqa: E402
 from memagent.rl.rewards import score_trajectories  # noqa: E402
@@ -49,9 +55,12 @@ from memagent.rollout.workflow import run_memagent  # noqa: E402
 
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
 TINY = ROOT / "runs" / "bench" / "tiny"
-SETTINGS = [("before", 0, False, False), ("+prefix", 64, False, False), ("+reuse", 64, True, False),
-            ("+section-first", 64, True, True)]
-"""(name, shared prefix tokens of the training forwards, reuse the sampler's log-probs, section-first prompt)."""
+SETTINGS = {"before": (0, False, False, False), "+prefix": (64, False, False, False), "+reuse": (64, True, False, False),
+            "+section-first": (64, True, True, False), "+prefix+compile": (64, False, False, True),
+            "+reuse+compile": (64, True, False, True)}
+"""name -> (shared prefix tokens of the training forwards, reuse the sampler's log-probs, section-first prompt,
+compiled MLPs and norms)."""
+DEFAULT_SETTINGS = ["before", "+prefix", "+reuse", "+section-first"]
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 LOSS = dict(clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean", norm_len=None, kl_coef=0.0, kl_kind="k3")
 
@@ -68,6 +77,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--budget", type=int, default=2048, help="micro-batch token budget (rows x padded length)")
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                         help="auto: bf16 autocast where the hardware has it (memagent.model.precision)")
+    parser.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
     parser.add_argument("--clock", choices=list(CLOCKS), default="wall",
                         help="wall, or cpu: the process's CPU time (use with OMP_NUM_THREADS=1 on a shared machine)")
     return parser.parse_args(argv)
@@ -150,12 +160,20 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
           "first update clipfrac | approx_kl |")
     print("|---|---|---|---|---|---|---|---|---|")
     results = {}
-    for label, shared_prefix, reuse, section_first in SETTINGS:
+    labels = ["before"] + [label for label in args.settings if label != "before"]
+    for label in labels:
+        shared_prefix, reuse, section_first, compiled = SETTINGS[label]
         workflow = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                                   answer_tokens=args.answer_tokens, max_chunks=args.chunks, question_tokens=64,
                                   section_first=section_first)
-        r = one_step(copy.deepcopy(base), tok, samples, workflow, args, amp, shared_prefix=shared_prefix,
-                     reuse=reuse)
+        model = copy.deepcopy(base)
+        if compiled:
+            compile_elementwise(model)
+            t = time.perf_counter()
+            one_step(model, tok, samples[:1], workflow, args, amp, shared_prefix=shared_prefix, reuse=reuse)
+            print(f"{label}: warm-up step (compilation) {time.perf_counter() - t:.1f} s wall, untimed", flush=True)
+            model.load_state_dict(base.state_dict())  # the warm-up updated the weights: start from `base` again
+        r = one_step(model, tok, samples, workflow, args, amp, shared_prefix=shared_prefix, reuse=reuse)
         results[label] = r
         speed = results["before"]["step_s"] / r["step_s"]
         print(f"| {label} | {r['rollout_s']:.2f} | {r['old_logprobs_s']:.2f} | {r['update_s']:.2f} | "
@@ -165,7 +183,7 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
     for label, r in drift:
         print(f"{label}: reused vs recomputed old log-probs: max |delta| {r['drift_max']:.2e}, mean "
               f"{r['drift_mean']:.2e}, tokens whose ratio would be off by more than 20% {r['drift_clipped']:.2%}")
-    return results["before"]["step_s"] / results[SETTINGS[-1][0]]["step_s"]
+    return results["before"]["step_s"] / results[labels[-1]]["step_s"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -174,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in args.models:
         speedup = run_model(name, args) or speedup
     if speedup is not None:
-        print(f"step speedup (all vs before): {speedup:.2f}x")
+        print(f"step speedup (last setting vs before): {speedup:.2f}x")
 
 
 if __name__ == "__main__":

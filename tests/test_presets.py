@@ -112,4 +112,10 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     # make smollm2-mix-gates: the gated preset's last checkpoint, scored in its own workflow on the same cells
     gated = preset_config("smollm2-mix-gates")
     assert f"$(GATES_RUN)/checkpoints/step_{gated.run.steps:06d}/model" in makefile
-    assert "--preset smollm2-mix-gates" in makefile and "gates-seed$(SEED),--baseline none --gates both" in makefile
+    assert "GATES_PRESET ?= smollm2-mix-gates\n" in makefile and "--preset $(GATES_PRESET)" in makefile
+    assert "GATES_ROW = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))-seed$(SEED)" in makefile  # gates-seed0, ...
+    assert "$(GATES_ROW),--baseline none --gates both" in makefile
+    # the read-cost variant (GATES_PRESET=smollm2-mix-gates-cost): same recipe, longer documents, a read cost
+    cost = preset_config("smollm2-mix-gates-cost")
+    assert cost.rollout.read_cost > 0 and cost.data.train_chunks > gated.data.train_chunks
+    assert (cost.workflow, cost.optim, cost.run.steps) == (gated.workflow, gated.optim, gated.run.steps)

@@ -144,3 +144,14 @@ PRESETS["smollm2-mix-gates"] = _on(
     workflow={"gates": "both"},
     run={"output_dir": "runs/smollm2-mix-gates"},
 )
+# The gated recipe's second try (docs/gates.md, "Read cost"): trained without a read cost on two-chunk documents, the
+# gates went unused (every greedy decision UPDATE), because the only possible exit was after chunk 0 and nothing
+# rewarded reading less. Here the training documents are 4 chunks (1024 tokens), so an exit can save up to three
+# quarters of the reading, and the efficiency term is on: reward - 0.2 x chunks read / chunks in the document (a
+# full read costs 0.2, a fifth of a correct answer; InfMem and GRU-Mem use terms of this kind, docs/gates.md).
+PRESETS["smollm2-mix-gates-cost"] = _on(
+    PRESETS["smollm2-mix-gates"],
+    rollout={"read_cost": 0.2},
+    data={"train_chunks": 4},
+    run={"output_dir": "runs/smollm2-mix-gates-cost"},
+)

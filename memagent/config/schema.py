@@ -3,8 +3,8 @@
 Defaults are generic: MemAgent's scale (arXiv 2507.02259, run_memory_7B.sh) under DAPO's recipe (arXiv 2503.14476),
 for any HF model passed as `--model.path`. Where a default follows DAPO rather than MemAgent's released scripts, the
 field says so. `memagent.config.presets` holds `tiny` (the embedded demo, what `python train.py` runs without a model
-path), `smoke` (tests), `smollm2`, `smollm2-release`, `smollm2-mix`, `smollm2-mix-gates`, `qwen2.5-7b` and
-`memagent-release`. Values are never mutated after construction; derived values are properties. The workflow
+path), `smoke` (tests), `smollm2`, `smollm2-release`, `smollm2-mix`, `smollm2-mix-gates`, `smollm2-mix-gates-cost`,
+`qwen2.5-7b` and `memagent-release`. Values are never mutated after construction; derived values are properties. The workflow
 section is memagent.rollout.WorkflowConfig itself.
 """
 
@@ -31,6 +31,8 @@ class ModelConfig:
     """bf16 autocast of the forward passes over fp32 weights: auto (on GPUs and CPUs with native bf16), bfloat16, off."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (saves memory at paper scale)."""
+    compile: bool = False
+    """torch.compile each MLP and RMSNorm (memagent.model.compiled; for AMX CPUs and GPUs: no gain on AVX512-BF16); not with DeepSpeed."""
     lora_rank: int = 0
     """LoRA rank r: train only rank-r adapters on lora_targets, the rest frozen (0 = full fine-tuning; no DeepSpeed)."""
     lora_alpha: float = 16.0
@@ -315,6 +317,9 @@ def validate(cfg: TrainConfig) -> None:
          f"rollout.verifier={cfg.rollout.verifier!r}: strict, lenient or task"),
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),
         (cfg.model.autocast in ("auto", "bfloat16", "off"), f"model.autocast={cfg.model.autocast!r}: auto, bfloat16, off"),
+        # ZeRO-3 gathers partitioned weights in module hooks around each call; the compiled modules are untested there.
+        (not (cfg.model.compile and cfg.run.deepspeed),
+         "model.compile with run.deepspeed: the compiled path runs on plain PyTorch (one process or DDP); drop one"),
         (cfg.run.steps >= 0 and cfg.run.keep_checkpoints >= 1, "run.steps must be >= 0, run.keep_checkpoints >= 1"),
         (cfg.run.collective_timeout_s > 0, f"run.collective_timeout_s={cfg.run.collective_timeout_s} must be > 0"),
         *lora_checks(cfg),

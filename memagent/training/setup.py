@@ -32,6 +32,7 @@ from memagent.config import TrainConfig
 from memagent.data import TASKS, make_task, read_samples
 from memagent.data.mix import make_task_mix, parse_task_mix
 from memagent.model import load_model, load_tokenizer
+from memagent.model.compiled import compile_elementwise
 from memagent.model.lora import AdaptersOff, apply_lora
 from memagent.model.precision import storage_dtype, training_autocast
 from memagent.records import Sample
@@ -195,6 +196,8 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
         reference = copy.deepcopy(model) if resume_from is None else load_model(
             warm_dir if (warm_dir / "config.json").is_file() else path, dtype=dtype, device=device)
         reference.eval().requires_grad_(False)
+    if cfg.model.compile:  # after the KL reference's copy, which stays eager
+        compile_elementwise(model)
     generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
     learner = make_learner(model, cfg.optim, device, deepspeed_path, dtype)
     return TrainingSetup(cfg, learner, tokenizer, train, heldout, generator, device, reference, resume_from, amp)
