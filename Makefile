@@ -135,15 +135,18 @@ smollm2-mix: $(STAMP)
 # evaluated with --gates both on the same cells into runs/mix-eval/gates-seed$(SEED)-*; `make smollm2-gates-report`
 # compares it with the ungated seeds (accuracy, generated tokens per correct answer, wall time per question).
 # GATES_PRESET=smollm2-mix-gates-cost runs the read-cost variant into runs/smollm2-mix-gates-cost-seed$(SEED) and
-# rows gates-cost-seed$(SEED)-*.
+# rows gates-cost-seed$(SEED)-*; it starts from the ungated seed's trained policy (make smollm2-mix SEED=...).
 GATES_PRESET ?= smollm2-mix-gates
 GATES_RUN = runs/$(GATES_PRESET)-seed$(SEED)
 GATES_ROW = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))-seed$(SEED)
 GATES_RL = $(GATES_RUN)/checkpoints/step_000010/model
+GATES_FROM = $(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL))
 smollm2-mix-gates: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
+	test -z "$(GATES_FROM)" || test -d $(MIX_RL) || { echo "$(GATES_PRESET) starts from $(MIX_RL): run make smollm2-mix SEED=$(SEED) first"; exit 1; }
 	test -d $(GATES_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset $(GATES_PRESET) --run.seed $(SEED) \
-		--run.output-dir $(GATES_RUN) $$(ls $(GATES_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+		$(GATES_FROM) --run.output-dir $(GATES_RUN) \
+		$$(ls $(GATES_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
 	for len in $(MIX_SHORT) $(MIX_LONG); do \
 		$(call mix_cell,$(GATES_RL),$(GATES_ROW),--baseline none --gates both,$$len) || exit 1; done
 	$(MAKE) smollm2-gates-report

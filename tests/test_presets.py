@@ -119,3 +119,6 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     cost = preset_config("smollm2-mix-gates-cost")
     assert cost.rollout.read_cost > 0 and cost.data.train_chunks > gated.data.train_chunks
     assert (cost.workflow, cost.optim, cost.run.steps) == (gated.workflow, gated.optim, gated.run.steps)
+    # ... which starts from the ungated seed's trained policy, not the base model
+    assert "GATES_FROM = $(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL))" in makefile
+    assert "$(GATES_FROM) --run.output-dir $(GATES_RUN)" in makefile
