@@ -138,7 +138,7 @@ smollm2-mix: $(STAMP)
 # rows gates-cost-seed$(SEED)-*; it starts from the ungated seed's trained policy (make smollm2-mix SEED=...).
 GATES_PRESET ?= smollm2-mix-gates
 GATES_RUN = runs/$(GATES_PRESET)-seed$(SEED)
-GATES_ROW = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))-seed$(SEED)
+GATES_ROW = $(GATES_PREFIX)-seed$(SEED)
 GATES_RL = $(GATES_RUN)/checkpoints/step_000010/model
 GATES_FROM = $(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL))
 smollm2-mix-gates: $(STAMP)
@@ -151,9 +151,10 @@ smollm2-mix-gates: $(STAMP)
 		$(call mix_cell,$(GATES_RL),$(GATES_ROW),--baseline none --gates both,$$len) || exit 1; done
 	$(MAKE) smollm2-gates-report
 
+GATES_PREFIX = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))
 smollm2-gates-report: $(STAMP)
-	$(BIN)/python -m memagent.evaluation.gates_report --eval-dir runs/mix-eval --markdown runs/mix-eval/gates-report.md \
-		--figure docs/figures/smollm2_gates.png
+	$(BIN)/python -m memagent.evaluation.gates_report --eval-dir runs/mix-eval --gated-rows $(GATES_PREFIX) \
+		--markdown runs/mix-eval/$(GATES_PREFIX)-report.md --figure docs/figures/smollm2_$(subst -,_,$(GATES_PREFIX)).png
 
 smollm2-mix-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \

@@ -113,7 +113,8 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     gated = preset_config("smollm2-mix-gates")
     assert f"$(GATES_RUN)/checkpoints/step_{gated.run.steps:06d}/model" in makefile
     assert "GATES_PRESET ?= smollm2-mix-gates\n" in makefile and "--preset $(GATES_PRESET)" in makefile
-    assert "GATES_ROW = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))-seed$(SEED)" in makefile  # gates-seed0, ...
+    assert "GATES_PREFIX = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))" in makefile  # gates, gates-cost
+    assert "GATES_ROW = $(GATES_PREFIX)-seed$(SEED)" in makefile and "--gated-rows $(GATES_PREFIX)" in makefile
     assert "$(GATES_ROW),--baseline none --gates both" in makefile
     # the read-cost variant (GATES_PRESET=smollm2-mix-gates-cost): same recipe, longer documents, a read cost
     cost = preset_config("smollm2-mix-gates-cost")

@@ -39,9 +39,16 @@ from memagent.evaluation.mix_targets import SCORE_TOLERANCE, Status
 from memagent.evaluation.plot import pyplot, save_figure
 from memagent.evaluation.tables import markdown_table
 
-GATED_ROWS = tuple(MixRow(f"gates-seed{i}", f"gated seed {i}", "memagent") for i in range(3))
+def gated_rows(prefix: str = "gates") -> tuple[MixRow, ...]:
+    """The gated seeds' rows `{prefix}-seed0`..`{prefix}-seed2`: `gates` for the smollm2-mix-gates preset, `gates-cost`
+    for smollm2-mix-gates-cost (the Makefile's GATES_ROW)."""
+    name = "gated" if prefix == "gates" else f"gated ({prefix})"
+    return tuple(MixRow(f"{prefix}-seed{i}", f"{name} seed {i}", "memagent") for i in range(3))
+
+
+GATED_ROWS = gated_rows()
 UNGATED, GATED = MixLayout(seeds=SEED_ROWS), MixLayout(seeds=GATED_ROWS)
-"""The ungated and the gated RL seeds on issue 24's grid."""
+"""The ungated and the (default) gated RL seeds on issue 24's grid."""
 TARGET_RATIO, TARGET_DROP, TARGET_LENGTHS = 2.0, 2.0, (8192, 32768)
 """The target: token ratio >= 2 and accuracy >= ungated - 2 points, at 16x and 64x the training length."""
 
@@ -99,9 +106,9 @@ def _num(value: float | None, digits: int = 1, scale: float = 1.0, suffix: str =
     return "∞" if math.isinf(value) else f"{scale * value:.{digits}f}{suffix}"
 
 
-def comparison_table(scores: MixScores, target_n: int) -> str:
+def comparison_table(scores: MixScores, target_n: int, gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> str:
     """Markdown: a row per training task and length, ungated against gated."""
-    ungated, gated = MixLayout(seeds=SEED_ROWS, target_n=target_n), MixLayout(seeds=GATED_ROWS, target_n=target_n)
+    ungated, gated = MixLayout(seeds=SEED_ROWS, target_n=target_n), MixLayout(seeds=gated_seeds, target_n=target_n)
     header = ["task", "tokens (x train)", "ungated RL", "gated RL", "Δ acc", "tok/correct ungated", "tok/correct gated",
               "ratio", "chunks read (gated)", "KEEP", "UPDATE", "ANSWER", "s/q ungated", "s/q gated"]
     lines = []
@@ -133,10 +140,11 @@ class CellVerdict:
     """A seed is missing or a cell has fewer than the target questions."""
 
 
-def check_cell(scores: MixScores, task: str, length: int, target_n: int) -> CellVerdict:
+def check_cell(scores: MixScores, task: str, length: int, target_n: int,
+               gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> CellVerdict:
     """Met at >= 2x fewer tokens per correct answer and accuracy no more than 2 points below ungated (both bounds
     inclusive, up to float rounding); not measured while either model lacks the cell or its token counts."""
-    u, g = summarise(scores, task, length, UNGATED), summarise(scores, task, length, GATED)
+    u, g = summarise(scores, task, length, UNGATED), summarise(scores, task, length, MixLayout(seeds=gated_seeds))
     if u is None or g is None or None in (u.tokens_per_correct, g.tokens_per_correct):
         have = [name for name, s in (("ungated", u), ("gated", g)) if s and s.tokens_per_correct is not None]
         return CellVerdict(task, length, Status.NOT_MEASURED, f"measured: {', '.join(have) or 'neither'}", False)
@@ -145,7 +153,7 @@ def check_cell(scores: MixScores, task: str, length: int, target_n: int) -> Cell
            and delta >= -TARGET_DROP - SCORE_TOLERANCE)
     detail = (f"ratio {_num(ratio, 2, suffix='x')}, Δ accuracy {delta:+.1f} points; "
               f"{len(u.accuracy.seeds)} ungated, {len(g.accuracy.seeds)} gated seeds")
-    provisional = (len(u.accuracy.seeds) < len(SEED_ROWS) or len(g.accuracy.seeds) < len(GATED_ROWS)
+    provisional = (len(u.accuracy.seeds) < len(SEED_ROWS) or len(g.accuracy.seeds) < len(gated_seeds)
                    or min(*u.accuracy.ns, *g.accuracy.ns) < target_n)
     return CellVerdict(task, length, Status.MET if met else Status.MISSED, detail, provisional)
 
@@ -157,9 +165,9 @@ def overall(verdicts: list[CellVerdict]) -> Status:
             else Status.MET if statuses == {Status.MET} else Status.NOT_MEASURED)
 
 
-def target_markdown(scores: MixScores, target_n: int) -> str:
+def target_markdown(scores: MixScores, target_n: int, gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> str:
     """The target check: one bullet per cell at 16x and 64x, then the overall verdict."""
-    verdicts = [check_cell(scores, task, length, target_n)
+    verdicts = [check_cell(scores, task, length, target_n, gated_seeds)
                 for task in UNGATED.train_tasks for length in TARGET_LENGTHS]
     lines = [f"### Target check: at 16x and 64x, at least {TARGET_RATIO:g}x fewer generated tokens per correct answer "
              f"at accuracy within {TARGET_DROP:g} points of the ungated model or better", ""]
@@ -172,7 +180,8 @@ def target_markdown(scores: MixScores, target_n: int) -> str:
     return "\n".join(lines)
 
 
-def report_markdown(scores: MixScores, target_n: int = UNGATED.target_n) -> str:
+def report_markdown(scores: MixScores, target_n: int = UNGATED.target_n,
+                    gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> str:
     """The whole report: caption, table, target check."""
     caption = (
         f"Accuracy in percent, mean ± sample std over the RL seeds that have the cell (a cell that lacks a seed says "
@@ -181,11 +190,12 @@ def report_markdown(scores: MixScores, target_n: int = UNGATED.target_n) -> str:
         f"pooled over the seeds' questions (∞: none correct); ratio: ungated over gated. Chunks read: share of the "
         f"document's chunks the gated policy read before answering. KEEP/UPDATE/ANSWER: shares of the gated "
         f"decisions (UPDATE includes unparsed). s/q: wall seconds per question. Shares and seconds: mean over seeds.")
-    return "\n\n".join(["## Gated against ungated memory: SmolLM2-135M-Instruct, smollm2-mix",
-                        comparison_table(scores, target_n), caption, target_markdown(scores, target_n)]) + "\n"
+    title = f"## {gated_seeds[0].label.removesuffix(' seed 0').capitalize()} against ungated memory: SmolLM2-135M-Instruct"
+    return "\n\n".join([title, comparison_table(scores, target_n, gated_seeds), caption,
+                        target_markdown(scores, target_n, gated_seeds)]) + "\n"
 
 
-def draw_gates_figure(scores: MixScores, out: str | Path) -> Path:
+def draw_gates_figure(scores: MixScores, out: str | Path, gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> Path:
     """PNG: generated tokens per correct answer (log) against accuracy, one panel per training task, one point per
     (length, model), an arrow from ungated to gated at each length."""
     plt = pyplot()
@@ -195,7 +205,7 @@ def draw_gates_figure(scores: MixScores, out: str | Path) -> Path:
     for ax, task in zip(axes[0], UNGATED.train_tasks):
         for length in UNGATED.train_lengths:
             points = {}
-            for name, layout, marker in (("ungated", UNGATED, "o"), ("gated", GATED, "^")):
+            for name, layout, marker in (("ungated", UNGATED, "o"), ("gated", MixLayout(seeds=gated_seeds), "^")):
                 s = summarise(scores, task, length, layout)
                 if s is not None and s.tokens_per_correct is not None and math.isfinite(s.tokens_per_correct):
                     points[name] = (s.accuracy.mean, s.tokens_per_correct)
@@ -215,12 +225,15 @@ def draw_gates_figure(scores: MixScores, out: str | Path) -> Path:
 def main(argv: list[str] | None = None) -> str:
     """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
     parser = report_parser(__doc__.split("\n\n")[0], "tokens per correct answer against accuracy", UNGATED.target_n)
+    parser.add_argument("--gated-rows", default="gates",
+                        help="row prefix of the gated seeds: gates (default) or gates-cost (the read-cost preset)")
     args = parse_report_args(parser, argv)
-    scores = read_mix_scores(args.eval_dir, MixLayout(seeds=(*SEED_ROWS, *GATED_ROWS)))
-    text = report_markdown(scores, args.target_n)
+    gated_seeds = gated_rows(args.gated_rows)
+    scores = read_mix_scores(args.eval_dir, MixLayout(seeds=(*SEED_ROWS, *gated_seeds)))
+    text = report_markdown(scores, args.target_n, gated_seeds)
     write_markdown(text, args.markdown)
     if args.figure:
-        print(f"wrote {draw_gates_figure(scores, args.figure)}", file=sys.stderr)
+        print(f"wrote {draw_gates_figure(scores, args.figure, gated_seeds)}", file=sys.stderr)
     return text
 
 

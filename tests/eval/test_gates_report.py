@@ -174,3 +174,16 @@ def test_cli_reports_a_missing_eval_dir_as_one_error_line(tmp_path, capsys) -> N
         cli(["--eval-dir", str(tmp_path / "nowhere")])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith(f"error: --eval-dir {tmp_path / 'nowhere'}: not a directory")
+
+
+def test_gated_rows_picks_the_read_cost_seeds_and_leaves_the_default_gated_ones_out(tmp_path) -> None:
+    for seed in range(3):
+        write_cell(tmp_path, f"seed{seed}", 8192, [1.0, 0.0], tokens=400.0)
+        write_cell(tmp_path, f"gates-seed{seed}", 8192, [0.0, 0.0], tokens=400.0)
+        write_cell(tmp_path, f"gates-cost-seed{seed}", 8192, [1.0, 0.0], tokens=100.0)
+    default = main(["--eval-dir", str(tmp_path), "--target-n", "2"])
+    cost = main(["--eval-dir", str(tmp_path), "--target-n", "2", "--gated-rows", "gates-cost"])
+    assert default.startswith("## Gated against") and cost.startswith("## Gated (gates-cost) against")
+    assert row_of(default.split("\n\n")[1], "8192 (16x)")["gated RL"] == "0.0 ± 0.0"
+    assert row_of(cost.split("\n\n")[1], "8192 (16x)")["gated RL"] == "50.0 ± 0.0"
+    assert f"- {TASK} 16x: **met** (ratio 4.00x, Δ accuracy +0.0 points; 3 ungated, 3 gated seeds)" in cost
