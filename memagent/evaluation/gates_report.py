@@ -39,6 +39,7 @@ from memagent.evaluation.mix_targets import SCORE_TOLERANCE, Status
 from memagent.evaluation.plot import pyplot, save_figure
 from memagent.evaluation.tables import markdown_table
 
+
 def gated_rows(prefix: str = "gates") -> tuple[MixRow, ...]:
     """The gated seeds' rows `{prefix}-seed0`..`{prefix}-seed2`: `gates` for the smollm2-mix-gates preset, `gates-cost`
     for smollm2-mix-gates-cost (the Makefile's GATES_ROW)."""
