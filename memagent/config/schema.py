@@ -258,6 +258,8 @@ class RunConfig:
     """Dump sample trajectories as readable text every this-many steps (0 = never)."""
     progress: bool = True
     """Show progress bars for rollout and update phases on rank 0."""
+    allow_config_change: bool = False
+    """On --resume, continue under settings that differ from the checkpoint's (a warning lists them) instead of refusing."""
     collective_timeout_s: float = 1800.0
     """Seconds a collective waits for all ranks, then fails (a rank lost on another node); above any one rank's lone work."""
 

@@ -74,6 +74,48 @@ def resolve_resume(resume: str, output_dir: str | Path) -> Path | None:
     return path
 
 
+RESUMABLE_CHANGES = frozenset({
+    "run.steps", "run.resume", "run.output_dir", "run.device", "run.deepspeed", "run.save_every", "run.keep_checkpoints",
+    "run.trace_every", "run.progress", "run.collective_timeout_s", "run.allow_config_change", "eval.every",
+    "model.compile", "rollout.max_batch_rows", "rollout.kv_cache_budget_gb", "rollout.prefill_chunk_tokens",
+    "optim.micro_batch_tokens",
+})
+"""Settings a resumed run may change without a flag: how far it goes, where and how often it writes, the learner's
+backend (a DeepSpeed checkpoint resumes in one plain process, tests/train/test_faults.py), and speed or memory knobs
+under which the arithmetic is the same (micro-batches sum to the same gradient, prefill slices give the same cache).
+Anything else changes what the resumed steps optimise."""
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"run": {"steps": 8}} -> {"run.steps": 8}; tuples and lists compare alike."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def config_changes(saved: dict[str, Any], now: dict[str, Any], defaults: dict[str, Any]) -> list[str]:
+    """"field: saved -> now" for every setting outside RESUMABLE_CHANGES that differs. saved, now, defaults: nested
+    dicts of TrainConfig (dataclasses.asdict or its JSON); a field the saved run did not have yet (older code)
+    counts as its default."""
+    old, new, default = _flat(saved), _flat(now), _flat(defaults)
+    return [f"{name}: {old.get(name, default.get(name))!r} -> {value!r}" for name, value in sorted(new.items())
+            if name not in RESUMABLE_CHANGES and old.get(name, default.get(name)) != value]
+
+
+def saved_config(checkpoint: Path, output_dir: Path) -> dict[str, Any] | None:
+    """The settings a checkpoint was trained with: its trainer_state.json's config, or (checkpoints written before it
+    held a dict) the run's config.json; None when neither is there."""
+    recorded = json.loads((checkpoint / "trainer_state.json").read_text()).get("config")
+    if isinstance(recorded, dict):
+        return recorded
+    run_config = output_dir / "config.json"
+    return json.loads(run_config.read_text()) if run_config.is_file() else None
+
+
 def rng_state(generator: torch.Generator) -> dict[str, Any]:
     """All random states that influence training on this rank."""
     state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),

@@ -19,6 +19,7 @@ import copy
 import json
 import os
 import random
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from memagent.model.compiled import compile_elementwise
 from memagent.model.lora import AdaptersOff, apply_lora
 from memagent.model.precision import storage_dtype, training_autocast
 from memagent.records import Sample
-from memagent.training.checkpoint import list_checkpoints, resolve_resume
+from memagent.training.checkpoint import config_changes, list_checkpoints, resolve_resume, saved_config
 from memagent.training.learner import (
     Learner,
     dist_env,
@@ -99,6 +100,23 @@ def check_output_dir(path: str | Path, resume: str) -> Path:
     return out
 
 
+def check_resumed_config(cfg: TrainConfig, checkpoint: Path, out: Path) -> None:
+    """Refuse to resume under other settings than the checkpoint's (checkpoint.config_changes lists them), unless
+    run.allow_config_change, which warns instead: a run mixed from two recipes is not one experiment."""
+    saved = saved_config(checkpoint, out)
+    if saved is None:
+        return
+    changes = config_changes(saved, asdict(cfg), asdict(TrainConfig()))
+    if not changes:
+        return
+    listed = "; ".join(changes)
+    if cfg.run.allow_config_change:
+        warnings.warn(f"--resume {checkpoint}: continuing under changed settings: {listed}", stacklevel=2)
+        return
+    raise ValueError(f"--resume {checkpoint}: the run was trained with other settings ({listed}); resume with its "
+                     "own settings, or pass --run.allow-config-change true to continue under the new ones")
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
@@ -155,6 +173,8 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
                          "(no --model.path, or --preset tiny)")
     out = check_output_dir(cfg.run.output_dir, cfg.run.resume)
     resume_from = resolve_resume(cfg.run.resume, out)
+    if resume_from is not None:
+        check_resumed_config(cfg, resume_from, out)
     device = pick_device(cfg.run.device, local_rank)
     init_process_group(device, cfg.run.collective_timeout_s)
     barrier = (lambda: torch.distributed.barrier()) if world > 1 else (lambda: None)

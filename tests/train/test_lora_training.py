@@ -125,8 +125,11 @@ def test_lora_resume_after_interruption_reproduces_the_uninterrupted_run(
 def test_a_lora_checkpoint_is_not_resumed_as_full_fine_tuning(tmp_path: Path, model_dir: str) -> None:
     out = tmp_path / "out"
     smoke(out, model_dir, *LORA, "--run.steps", "1")
-    with pytest.raises(ValueError, match="a LoRA checkpoint"):
+    with pytest.raises(ValueError, match=r"other settings \(model.lora_rank: 4 -> 0\)"):
         smoke(out, model_dir, "--run.steps", "2", "--resume")
+    # even when told to take the new settings, the checkpoint's kind decides: its optimizer state holds adapters only
+    with pytest.raises(ValueError, match="a LoRA checkpoint"), pytest.warns(UserWarning, match="model.lora_rank"):
+        smoke(out, model_dir, "--run.steps", "2", "--resume", "--run.allow-config-change", "true")
 
 
 def test_lora_kl_reference_is_the_frozen_base_not_the_moving_policy(tmp_path: Path, model_dir: str) -> None:
