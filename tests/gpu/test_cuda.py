@@ -61,3 +61,22 @@ def test_bf16_smoke_training_step_on_cuda_has_a_finite_gradient(tmp_path: Path) 
                           str(tmp_path / "model"), "--run.steps", "1", "--model.autocast", "bfloat16",
                           "--rollout.dynamic-sampling", "false"])
     assert torch.isfinite(torch.tensor(metrics["loss/grad_norm"]))
+
+
+def test_compiled_elementwise_path_on_cuda_equals_eager_logprobs_and_greedy_tokens(tiny_model_dir: Path) -> None:
+    """model.compile on a GPU (inductor writes Triton kernels there): float32 log-probs and greedy tokens as eager."""
+    from memagent.model.compiled import compile_elementwise
+
+    eager = load_model(tiny_model_dir, dtype=torch.float32, device="cuda")
+    compiled = load_model(tiny_model_dir, dtype=torch.float32, device="cuda")
+    compile_elementwise(compiled)
+    ids = torch.randint(3, 500, (3, 21), generator=torch.Generator().manual_seed(1)).to(CUDA)
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        want = token_logprobs(eager, ids, mask).logprobs
+        got = token_logprobs(compiled, ids, mask).logprobs
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
+    prompts = [[5, 9, 11, 40, 7], [3, 8, 14]]
+    greedy = SamplingParams(temperature=0.0)
+    assert (generate(compiled, prompts, max_new_tokens=8, eos_token_id=None, params=greedy).tokens
+            == generate(eager, prompts, max_new_tokens=8, eos_token_id=None, params=greedy).tokens)
