@@ -146,7 +146,8 @@ def update_pass(model: nn.Module, rows: list[TrainRow], groups: list[list[int]],
         else:
             mb = collate(pack, 0, torch.device("cpu"))
             out = token_logprobs(model, mb.input_ids, mb.attention_mask, with_entropy=True, target_mask=mb.loss_mask)
-            loss, _ = policy_loss(out.logprobs, mb.old_logp, mb.advantages, mb.loss_mask, num_tokens=num_tokens,
+            old = torch.zeros_like(out.logprobs) if mb.old_logp is None else mb.old_logp  # as concat_batch's zeros
+            loss, _ = policy_loss(out.logprobs, old, mb.advantages, mb.loss_mask, num_tokens=num_tokens,
                                   num_seqs=float(len(rows)))
         loss.backward()
         total += float(loss.detach())

@@ -6,12 +6,15 @@
 The step is train.py's steps 1-6 on niah_single_1 questions, shaped like the smollm2 preset (chunk 256, memory 64,
 answer 32, micro-batch budget 2048; 4 of its 8 questions by default): Q x G trajectories of K memory updates plus
 the answer, lenient reward, group advantages broadcast to every conversation, old log-probs packed as the update
-packs them, then one AdamW update over all rows (mini_batches 1). Settings run side by side in one process, each
+packs them, then one AdamW update per mini-batch (--mini-batches, 2 as in the preset; the tables in BENCHMARKS.md
+before "+own-first" was added used 1). Settings run side by side in one process, each
 from the same initial weights and sampling seed, each adding one change to the one before:
   before         the defaults before issue 22: MemAgent's prompt order, old log-probs recomputed, every row's
                  prompt run whole in the log-prob and update forwards (bf16 where native, length-sorted packing
                  and shared prefill, issue 11's changes, are on in every setting)
   +prefix        rows sharing 64+ prompt tokens run them once per micro-batch (optim.shared_prefix_tokens 64)
+  +own-first     no old-log-prob pass for the first mini-batch: its update runs under the weights that sampled, so
+                 its own forward is the old policy (memagent.rl.step.update_policy); today's bf16 default
   +reuse         the sampler's log-probs as the old policy's, no old-log-prob pass (rollout.reuse_logprobs)
   +section-first the section before the memory (workflow.section_first): a group's prompts share the chunk,
                  in the rollout's prefill and in the update's prefixes
@@ -55,12 +58,13 @@ from memagent.rollout.workflow import run_memagent  # noqa: E402
 
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
 TINY = ROOT / "runs" / "bench" / "tiny"
-SETTINGS = {"before": (0, False, False, False), "+prefix": (64, False, False, False), "+reuse": (64, True, False, False),
-            "+section-first": (64, True, True, False), "+prefix+compile": (64, False, False, True),
-            "+reuse+compile": (64, True, False, True)}
+SETTINGS = {"before": (0, False, False, False, False), "+prefix": (64, False, False, False, False),
+            "+own-first": (64, False, False, False, True), "+reuse": (64, True, False, False, True),
+            "+section-first": (64, True, True, False, True), "+prefix+compile": (64, False, False, True, False),
+            "+reuse+compile": (64, True, False, True, False)}
 """name -> (shared prefix tokens of the training forwards, reuse the sampler's log-probs, section-first prompt,
-compiled MLPs and norms)."""
-DEFAULT_SETTINGS = ["before", "+prefix", "+reuse", "+section-first"]
+compiled MLPs and norms, no old-log-prob pass for the first mini-batch)."""
+DEFAULT_SETTINGS = ["before", "+prefix", "+own-first", "+reuse", "+section-first"]
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 LOSS = dict(clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean", norm_len=None, kl_coef=0.0, kl_kind="k3")
 
@@ -75,6 +79,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--memory-tokens", type=int, default=64)
     parser.add_argument("--answer-tokens", type=int, default=32)
     parser.add_argument("--budget", type=int, default=2048, help="micro-batch token budget (rows x padded length)")
+    parser.add_argument("--mini-batches", type=int, default=2, help="optimizer updates per step (smollm2 preset: 2)")
     parser.add_argument("--dtype", choices=["auto", "float32", "bfloat16"], default="auto",
                         help="auto: bf16 autocast where the hardware has it (memagent.model.precision)")
     parser.add_argument("--settings", nargs="+", default=DEFAULT_SETTINGS, choices=list(SETTINGS))
@@ -92,7 +97,7 @@ def model_dir(name: str) -> Path | None:
 
 
 def one_step(model: torch.nn.Module, tok, samples, workflow: WorkflowConfig, args: argparse.Namespace,
-             amp: torch.dtype | None, *, shared_prefix: int, reuse: bool) -> dict[str, float]:
+             amp: torch.dtype | None, *, shared_prefix: int, reuse: bool, own_first: bool) -> dict[str, float]:
     """Steps 1-6 once on `model` (updated in place); returns seconds per phase and the update's tokens."""
     clock = CLOCKS[args.clock]
     device = torch.device("cpu")
@@ -111,12 +116,13 @@ def one_step(model: torch.nn.Module, tok, samples, workflow: WorkflowConfig, arg
     model.train()
     pack = dict(budget=args.budget, pad_id=tok.pad_token_id, device=device, temperature=1.0,
                 shared_prefix=shared_prefix)
-    minis = [rows]
+    minis = step.split_mini_batches(rows, args.mini_batches)
     counts = step.micro_batch_counts(minis, args.budget, lambda x: x.clone(), shared_prefix)
+    first = 1 if own_first else 0
     t = clock()
     if not reuse:
         with autocast(device, amp):
-            step.set_logprobs(model, minis, counts, "old_logprobs", **pack)
+            step.set_logprobs(model, minis[first:], counts[first:], "old_logprobs", **pack)
     out["old_logprobs_s"] = clock() - t
     if reuse:  # the drift of the reused log-probs from a recomputation (untimed): |delta| and ratios off by > 20%
         with autocast(device, amp):
@@ -132,11 +138,11 @@ def one_step(model: torch.nn.Module, tok, samples, workflow: WorkflowConfig, arg
         return 0.0, False
 
     t = clock()
-    [update] = step.update_policy(model, minis, counts, **LOSS, **pack, world_size=1,
+    updates = step.update_policy(model, minis, counts, **LOSS, **pack, world_size=1,
                                   all_reduce_sum=lambda x: x.clone(), backward=lambda loss, last: loss.backward(),
                                   optimizer_step=optimizer_step, forward_context=lambda: autocast(device, amp))
     out["update_s"] = clock() - t
-    out["clipfrac"], out["approx_kl"] = update["clipfrac"], update["approx_kl"]
+    out["clipfrac"], out["approx_kl"] = updates[0]["clipfrac"], updates[0]["approx_kl"]
     out["step_s"] = out["rollout_s"] + out["old_logprobs_s"] + out["update_s"]
     plan = step.prefix_micro_batches(rows, args.budget, shared_prefix=shared_prefix)
     out["forwarded"] = float(sum(prefix + sum(len(r.input_ids) - prefix for r in group) for group, prefix in plan))
@@ -162,7 +168,7 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
     results = {}
     labels = ["before"] + [label for label in args.settings if label != "before"]
     for label in labels:
-        shared_prefix, reuse, section_first, compiled = SETTINGS[label]
+        shared_prefix, reuse, section_first, compiled, own_first = SETTINGS[label]
         workflow = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                                   answer_tokens=args.answer_tokens, max_chunks=args.chunks, question_tokens=64,
                                   section_first=section_first)
@@ -170,10 +176,12 @@ def run_model(name: str, args: argparse.Namespace) -> float | None:
         if compiled:
             compile_elementwise(model)
             t = time.perf_counter()
-            one_step(model, tok, samples[:1], workflow, args, amp, shared_prefix=shared_prefix, reuse=reuse)
+            one_step(model, tok, samples[:1], workflow, args, amp, shared_prefix=shared_prefix, reuse=reuse,
+                     own_first=own_first)
             print(f"{label}: warm-up step (compilation) {time.perf_counter() - t:.1f} s wall, untimed", flush=True)
             model.load_state_dict(base.state_dict())  # the warm-up updated the weights: start from `base` again
-        r = one_step(model, tok, samples, workflow, args, amp, shared_prefix=shared_prefix, reuse=reuse)
+        r = one_step(model, tok, samples, workflow, args, amp, shared_prefix=shared_prefix, reuse=reuse,
+                     own_first=own_first)
         results[label] = r
         speed = results["before"]["step_s"] / r["step_s"]
         print(f"| {label} | {r['rollout_s']:.2f} | {r['old_logprobs_s']:.2f} | {r['update_s']:.2f} | "

@@ -49,8 +49,9 @@ class MicroBatch:
     """[B, T] bool, True on sampled response tokens."""
     advantages: Tensor
     """[B] float32."""
-    old_logp: Tensor
-    """[B, T] float32 (0 off the loss mask)."""
+    old_logp: Tensor | None
+    """[B, T] float32 (0 off the loss mask), or None when no row has old log-probs: the update's first mini-batch,
+    whose forward runs under the weights that sampled, is its own old policy (update_policy)."""
     ref_logp: Tensor | None
     """[B, T] float32 or None."""
     prefix_ids: Tensor | None = None
@@ -71,22 +72,25 @@ def collate(rows: list[TrainRow], pad_id: int, device: torch.device, prefix_len:
     ids = torch.full((B, T), pad_id, dtype=torch.long)
     attn = torch.zeros(B, T, dtype=torch.long)
     loss_mask = torch.zeros(B, T, dtype=torch.bool)
-    old = torch.zeros(B, T)
+    has_old = [r.old_logprobs is not None for r in rows]
+    if any(has_old) and not all(has_old):
+        raise ValueError("collate: some rows of the micro-batch have old log-probs and some do not")
+    old = torch.zeros(B, T) if all(has_old) else None
     ref = torch.zeros(B, T) if all(r.ref_logprobs is not None for r in rows) else None
     for i, r in enumerate(rows):
         n, p = len(r.input_ids) - prefix_len, r.prompt_len - prefix_len
         ids[i, :n] = torch.tensor(r.input_ids[prefix_len:])
         attn[i, :n] = 1
         loss_mask[i, p:n] = torch.tensor(r.response_mask, dtype=torch.bool)
-        if r.old_logprobs is not None:
+        if old is not None:
             old[i, p:n] = r.old_logprobs
         if ref is not None and r.ref_logprobs is not None:
             ref[i, p:n] = r.ref_logprobs
     adv = torch.tensor([r.advantage for r in rows], dtype=torch.float32)
     to = dict(device=device)
     prefix = torch.tensor(rows[0].input_ids[:prefix_len], dtype=torch.long, device=device) if prefix_len else None
-    return MicroBatch(ids.to(**to), attn.to(**to), loss_mask.to(**to), adv.to(**to), old.to(**to),
-                      None if ref is None else ref.to(**to), prefix)
+    return MicroBatch(ids.to(**to), attn.to(**to), loss_mask.to(**to), adv.to(**to),
+                      None if old is None else old.to(**to), None if ref is None else ref.to(**to), prefix)
 
 
 def micro_batches(rows: list[TrainRow], budget: int, count: int | None = None) -> list[list[TrainRow]]:
@@ -209,7 +213,10 @@ def accumulate_gradients(
         # backward it runs is the collective the other ranks wait for.
         target = mb.loss_mask if bool(mb.loss_mask.any()) else None
         out = micro_batch_logprobs(model, mb, temperature=temperature, with_entropy=True, target_mask=target)
-        loss, metrics = policy_loss(out.logprobs, mb.old_logp, mb.advantages, mb.loss_mask, clip_low=clip_low,
+        # No old log-probs: this forward runs under the weights that sampled (update_policy's first mini-batch), so
+        # its own values are the old policy's, the ones a separate no-grad pass would recompute bit for bit.
+        old_logp = out.logprobs.detach() if mb.old_logp is None else mb.old_logp
+        loss, metrics = policy_loss(out.logprobs, old_logp, mb.advantages, mb.loss_mask, clip_low=clip_low,
                                     clip_high=clip_high, clip_c=clip_c, agg=agg, num_tokens=num_tokens,
                                     num_seqs=num_seqs, norm_len=norm_len)
         n = int(mb.loss_mask.sum())
@@ -268,11 +275,20 @@ def update_policy(
     shared_prefix: rows whose prompts share at least this many leading tokens run them once per micro-batch
     (memagent.model.shared_prefix: one process, no gradient checkpointing); 0 = off. The gradient is the same up to
     float rounding; set_logprobs must be given the same value, so the first ratio stays exactly 1.
+
+    Old log-probs: every mini-batch after the first needs them on its rows (set_logprobs, or the sampler's), since
+    the weights have moved by then. The first may go without: its update is the first since the rollout, so its
+    forward's own log-probs, detached, are the old policy's (ratio exactly 1, as with a recomputation packed the
+    same way), and step 5 need not run a no-grad pass for it.
     """
     if torch.is_autocast_enabled(device.type):
         raise RuntimeError("update_policy: called inside an autocast context, which would serve every update after "
                            "the first stale bf16 copies of the weights; pass forward_context=lambda: autocast(...) "
                            "instead")
+    for i, mini in enumerate(minis[1:], start=1):
+        if any(r.old_logprobs is None for r in mini):
+            raise ValueError(f"update_policy: mini-batch {i} has rows without old log-probs; only the first update "
+                             "runs under the weights that sampled (set_logprobs the others)")
     updates: list[dict[str, float]] = []
     for mini, num_micro in progress(list(zip(minis, counts)), desc="update", enabled=show_progress):
         num_tokens, num_seqs = global_counts(mini, all_reduce_sum)

@@ -15,9 +15,13 @@ from memagent.model import build_tiny_model, load_model
 from memagent.rl.step import (
     TrainRow,
     accumulate_gradients,
+    collate,
     global_counts,
+    micro_batches,
     pack_by_token_budget,
     response_logprobs,
+    set_logprobs,
+    update_policy,
 )
 
 CPU = torch.device("cpu")
@@ -109,3 +113,40 @@ def test_pack_by_token_budget_keeps_order_and_respects_the_budget() -> None:
     assert [i for g in groups for i in g] == list(range(len(lengths)))
     for g in groups:
         assert len(g) == 1 or len(g) * max(lengths[i] for i in g) <= 20
+
+
+def first_update(model: torch.nn.Module, rows: list[TrainRow]) -> tuple[dict[str, float], torch.Tensor]:
+    """One update's metrics and flat gradient over `rows` as one mini-batch, budget 40 (several micro-batches)."""
+    model.zero_grad(set_to_none=True)
+    num_tokens, num_seqs = global_counts(rows, lambda t: t.clone())
+    metrics = accumulate_gradients(
+        model, rows, **LossConfig().update_args(), num_tokens=num_tokens, num_seqs=num_seqs, world_size=1,
+        budget=40, pad_id=0, temperature=0.8, device=CPU, backward=lambda loss, is_last: loss.backward())
+    grad = torch.cat([p.grad.flatten() for p in model.parameters()])
+    model.zero_grad(set_to_none=True)
+    return metrics, grad
+
+
+def test_a_first_mini_batch_without_old_logprobs_is_its_own_old_policy_as_a_recomputation_would_be(
+        model: torch.nn.Module) -> None:
+    recomputed, own = make_rows(seed=3), make_rows(seed=3)
+    set_logprobs(model, [recomputed], [len(micro_batches(recomputed, 40))], "old_logprobs", budget=40, pad_id=0,
+                 temperature=0.8, device=CPU)
+    assert all(r.old_logprobs is not None for r in recomputed) and all(r.old_logprobs is None for r in own)
+    want_metrics, want = first_update(model, recomputed)
+    got_metrics, got = first_update(model, own)
+    assert got_metrics["clipfrac"] == want_metrics["clipfrac"] == 0.0 and got_metrics["approx_kl"] == 0.0
+    assert got_metrics["loss"] == pytest.approx(want_metrics["loss"], rel=1e-6, abs=1e-9)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-9)
+
+
+def test_only_the_first_mini_batch_may_go_without_old_logprobs(model: torch.nn.Module) -> None:
+    minis = [make_rows(4, seed=5), make_rows(4, seed=6)]
+    with pytest.raises(ValueError, match="mini-batch 1 has rows without old log-probs"):
+        update_policy(model, minis, [1, 1], **LossConfig().update_args(), world_size=1, budget=10_000, pad_id=0,
+                      temperature=1.0, device=CPU, all_reduce_sum=lambda t: t.clone(),
+                      backward=lambda loss, is_last: loss.backward(), optimizer_step=lambda: (0.0, False))
+    half = make_rows(2, seed=7)
+    half[0].old_logprobs = torch.zeros(len(half[0].response_mask))
+    with pytest.raises(ValueError, match="some rows of the micro-batch have old log-probs and some do not"):
+        collate(half, pad_id=0, device=CPU)
