@@ -40,7 +40,7 @@ class Reward:
     """One trajectory's outcome reward (paper Sec. 3: scored on the final answer only), kept in its parts."""
 
     correct: float
-    """Verifier score of the final answer: 1/0 strict, or in [0, 1] lenient. Dynamic sampling filters on it."""
+    """Verifier score of the final answer: 1/0 strict, or in [0, 1] lenient. Dynamic sampling filters on it (default)."""
     overlong: float = 0.0
     """DAPO's soft overlong penalty on the answer length (<= 0; 0 with shaping off), docs/rl-math.md §4."""
     read_cost: float = 0.0

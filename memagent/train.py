@@ -93,7 +93,7 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
         stream, setup.train, rank_quota(r.batch_size, learner.rank, learner.world_size),
         rollout=lambda qs: rollout(setup, qs), score=lambda trajs, qs: score(cfg, trajs, qs),
         max_over_ranks=learner.max_over_ranks, rank=learner.rank, world_size=learner.world_size,
-        dynamic_sampling=r.dynamic_sampling, max_refill_rounds=r.max_refill_rounds,
+        dynamic_sampling=r.dynamic_sampling, filter_on=r.filter_on, max_refill_rounds=r.max_refill_rounds,
         refill_oversample_cap=r.refill_oversample_cap, refill_margin_std=r.refill_margin_std)
     # 4: one group advantage per trajectory, broadcast to every conversation of it.
     reuse, shared = r.reuses_logprobs(setup.autocast_dtype), shared_prefix_tokens(setup)

@@ -119,6 +119,7 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     # the read-cost variant (GATES_PRESET=smollm2-mix-gates-cost): same recipe, longer documents, a read cost
     cost = preset_config("smollm2-mix-gates-cost")
     assert cost.rollout.read_cost > 0 and cost.data.train_chunks > gated.data.train_chunks
+    assert cost.rollout.filter_on == "reward" and gated.rollout.filter_on == "correct"  # the read cost gets a gradient
     assert (cost.workflow, cost.optim, cost.run.steps) == (gated.workflow, gated.optim, gated.run.steps)
     # ... which starts from the ungated seed's trained policy, not the base model
     assert "GATES_FROM = $(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL))" in makefile

@@ -151,10 +151,13 @@ PRESETS["smollm2-mix-gates"] = _on(
 # full read costs 0.2, a fifth of a correct answer; InfMem and GRU-Mem use terms of this kind, docs/gates.md).
 # It starts from the ungated smollm2-mix policy of the same seed (`make smollm2-mix-gates GATES_PRESET=...` passes
 # --model.path): from the base model, the gated prompt on 4-chunk documents scored 1.6% at step 1 (0% on
-# niah_single_1) and 35 of 40 groups were all-zero, so the gates would have had almost no gradient.
+# niah_single_1) and 35 of 40 groups were all-zero, so the gates would have had almost no gradient. Dynamic sampling
+# filters on the total reward (rollout.filter_on reward): on correctness alone, a group whose answers are all right
+# but read different amounts is dropped, and the read cost only ever acted inside groups of mixed correctness (a
+# first run filtering on correctness had KEEP 71% -> 0% and ANSWER 1-8% by step 3: the gates trained away again).
 PRESETS["smollm2-mix-gates-cost"] = _on(
     PRESETS["smollm2-mix-gates"],
-    rollout={"read_cost": 0.2},
+    rollout={"read_cost": 0.2, "filter_on": "reward"},
     data={"train_chunks": 4},
     run={"output_dir": "runs/smollm2-mix-gates-cost"},
 )

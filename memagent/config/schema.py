@@ -69,6 +69,8 @@ class RolloutConfig:
     """Old log-probs from the sampler, not recomputed: auto (when no autocast runs: equal to float32 rounding), on, off."""
     dynamic_sampling: bool = True
     """DAPO: drop groups whose G correctness scores are all equal and refill from the next questions."""
+    filter_on: str = "correct"
+    """Dynamic sampling drops groups where this is constant: correct (DAPO's accuracy) or reward (with shaping terms)."""
     max_refill_rounds: int = 4
     """Extra rollout rounds to refill the batch; after them, a warning and a smaller batch."""
     refill_oversample_cap: float = 4.0
@@ -298,6 +300,7 @@ def validate(cfg: TrainConfig) -> None:
         (r.reuse_logprobs != "on" or r.samples_the_scored_distribution,
          f"rollout.reuse_logprobs=on: the sampler's log-probs are the old policy's only for untruncated sampling at a "
          f"temperature > 0; got temperature={r.temperature}, top_p={r.top_p}, top_k={r.top_k}"),
+        (r.filter_on in ("correct", "reward"), f"rollout.filter_on={r.filter_on!r}: correct or reward"),
         (r.read_cost >= 0, f"rollout.read_cost={r.read_cost} must be >= 0 (0 = off)"),
         # Without the exit gate every trajectory reads every chunk: the term would be one constant per question.
         (r.read_cost == 0 or wf.gates in ("exit", "both"),

@@ -93,9 +93,13 @@ def collect_groups(
     stream: QuestionStream, samples: list[Sample], quota: int, *,
     rollout: Callable[[list[Sample]], list[Trajectory]], score: Callable[[list[Trajectory], list[Sample]], None],
     max_over_ranks: Callable[[int], int], rank: int, world_size: int, dynamic_sampling: bool,
-    max_refill_rounds: int, refill_oversample_cap: float, refill_margin_std: float,
+    max_refill_rounds: int, refill_oversample_cap: float, refill_margin_std: float, filter_on: str = "correct",
 ) -> KeptGroups:
     """Fill `quota` groups on this rank: informative ones under dynamic sampling, any one otherwise.
+
+    filter_on: what must differ within a group for it to be informative: "correct" (the verifier's score, DAPO's
+    accuracy filter) or "reward" (the total with its shaping terms, e.g. gated memory's read cost, so a group whose
+    answers are all right but read different amounts is kept).
 
     Each round, every rank asks for its own refill size; all ranks take max-over-ranks x W questions from the
     global stream, and rank r rolls out its share (every W-th), at most its own size. Trajectories are grouped by
@@ -121,9 +125,9 @@ def collect_groups(
         generated += trajs
         generated_tasks += [mine[t.sample_index].task for t in trajs]  # before the relabelling below
         if dynamic_sampling:
-            correct = torch.tensor([t.reward.correct for t in trajs], dtype=torch.float64)  # [N]
+            scores = [t.reward.total if filter_on == "reward" else t.reward.correct for t in trajs]
             groups = torch.tensor([t.sample_index for t in trajs], dtype=torch.long)  # [N]
-            keep = keep_informative_groups(correct, groups).tolist()
+            keep = keep_informative_groups(torch.tensor(scores, dtype=torch.float64), groups).tolist()
         else:
             keep = [True] * len(trajs)
         by_question: dict[int, list[Trajectory]] = {q: [] for q in range(len(mine))}

@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from memagent.records import ANSWER, MEMORY, Conversation, Sample, Trajectory
+from memagent.records import ANSWER, MEMORY, Conversation, Reward, Sample, Trajectory
 from memagent.rl.dynamic_sampling import QuestionStream, collect_groups, refill_size
 from memagent.rl.rewards import score_trajectories
 
@@ -206,3 +206,23 @@ def test_kept_groups_count_the_informative_groups_dropped_past_the_quota() -> No
                          rollout=fake_rollout(2, half, calls), max_over_ranks=lambda n: n, rank=0, world_size=1)
     rolled = [samples[i] for i in QuestionStream(len(samples), 0).take(sum(calls))]
     assert got.informative_groups == sum(s.index % 2 == 0 for s in rolled) >= len(got.questions) == 4
+
+
+def test_filtering_on_the_total_reward_keeps_all_correct_groups_that_differ_only_in_a_shaping_term() -> None:
+    """Gated memory's read cost: four right answers that read different amounts are one group to learn from when
+    dynamic sampling filters on the reward (rollout.filter_on reward), none when it filters on correctness."""
+    samples = make_samples(40)
+
+    def all_right_reading_apart(trajectories: list[Trajectory], questions: list[Sample]) -> None:
+        for k, traj in enumerate(trajectories):
+            traj.reward = Reward(correct=1.0, read_cost=-0.2 * (k % 2) if questions[traj.sample_index].index % 2 else 0)
+
+    kept = {}
+    for filter_on in ("correct", "reward"):
+        kept[filter_on] = collect_groups(
+            QuestionStream(len(samples), 0), samples, 4, **{**config(max_refill_rounds=1), "score": all_right_reading_apart},
+            filter_on=filter_on, rollout=fake_rollout(2, lambda i, j: True, []), max_over_ranks=lambda n: n, rank=0,
+            world_size=1)
+    assert kept["correct"].questions == [] and kept["correct"].informative_groups == 0
+    assert len(kept["reward"].questions) == 4 and all(q.index % 2 for q in kept["reward"].questions)
+    check_groups(kept["reward"].trajectories, kept["reward"].questions, 2)

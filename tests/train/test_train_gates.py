@@ -77,6 +77,12 @@ def test_a_read_cost_without_the_exit_gate_is_refused() -> None:
         load_config(["--preset", "smoke", "--workflow.gates", "update", "--rollout.read-cost", "0.1"])
 
 
+def test_an_unknown_dynamic_sampling_filter_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="rollout.filter_on='score': correct or reward"):
+        load_config(["--preset", "smoke", "--rollout.filter-on", "score"])
+    assert load_config(["--preset", "smoke", "--rollout.filter-on", "reward"]).rollout.filter_on == "reward"
+
+
 def test_the_gates_preset_is_the_task_mix_with_both_gates() -> None:
     gated, mix = load_config(["--preset", "smollm2-mix-gates"]), load_config(["--preset", "smollm2-mix"])
     assert gated.workflow.gates == "both" and mix.workflow.gates == "none" and gated.rollout.read_cost == 0.0
