@@ -12,6 +12,7 @@ usage: torchrun --nproc_per_node 2 tests/train/dist_update.py MODEL_DIR
 
 from __future__ import annotations
 
+import atexit
 import sys
 
 import torch
@@ -32,7 +33,13 @@ from memagent.rollout.llm import LocalLLM
 from memagent.rollout.prompts import WorkflowConfig
 from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import run_memagent
-from memagent.training.learner import DeepSpeedLearner, Learner, deepspeed_config, dist_env
+from memagent.training.learner import (
+    DeepSpeedLearner,
+    Learner,
+    close_process_group,
+    deepspeed_config,
+    dist_env,
+)
 
 CPU = torch.device("cpu")
 BUDGET = 24
@@ -151,6 +158,9 @@ def bf16_gradients_accumulate_in_fp32(model_dir: str, rank: int, world: int) -> 
 def main(model_dir: str) -> None:
     rank, world, _ = dist_env()
     dist.init_process_group("gloo")
+    # Destroyed at exit, as train.py does: an open gloo group can abort a finished rank at interpreter finalization
+    # (memagent.training.learner.close_process_group), which torchrun reports as a failed run.
+    atexit.register(close_process_group)
     for name in ("DDP", "ZeRO-2", "ZeRO-3", "DDP KL", "ZeRO-3 partitioned"):
         scenario(name, model_dir, rank, world)
     bf16_gradients_accumulate_in_fp32(model_dir, rank, world)
