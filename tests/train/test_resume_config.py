@@ -11,19 +11,20 @@ from pathlib import Path
 import pytest
 
 from memagent.config import TrainConfig, load_config
+from memagent.rl import rewards
 from memagent.training.checkpoint import RESUMABLE_CHANGES, config_changes
+from tests.train.test_lora_training import parity
 from tests.train.test_train import records, smoke
 
 
 @pytest.fixture(autouse=True)
-def parity_reward(monkeypatch: pytest.MonkeyPatch) -> None:
-    from memagent.rl import rewards
-    monkeypatch.setitem(rewards.VERIFIERS, "strict", lambda response, golds: float(len(response) % 2))
+def length_parity_reward(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(rewards.VERIFIERS, "strict", parity)  # a reward spread for the random smoke model
 
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(tmp_path_factory.mktemp("smoke_model") / "model")
+    return str(tmp_path_factory.mktemp("resume_model") / "model")
 
 
 def as_json(cfg: TrainConfig) -> dict:
