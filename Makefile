@@ -68,11 +68,12 @@ smollm2: $(STAMP)
 # SmolLM2-135M-Instruct trained by Multi-Conv DAPO on this CPU (preset smollm2, docs/evaluation.md), then evaluated on
 # the same 64 held-out questions per length (another seed than the training questions): the full-context baseline
 # (middle-truncated to the 8K window at 9216 tokens) on one core; the untrained model, then the trained one, on the
-# other; weights in bf16. SEED picks the RL seed; PRESET=smollm2-release trains under MemAgent's released loss
+# other; weights in bf16 where the CPU multiplies bf16 natively (--dtype auto; float32 on AVX2, where bf16 is
+# emulated and 5x slower). SEED picks the RL seed; PRESET=smollm2-release trains under MemAgent's released loss
 # instead of our DAPO defaults. Every stage resumes: rerun the same command after a stop. The untrained and baseline
 # rows depend on neither SEED nor PRESET, so a second run reuses them.
 SMOLLM2_EVAL = --task niah_single_1 --lengths 512 2048 9216 --num-samples 64 --data-seed 1 --chunk-tokens 256 \
-	--memory-tokens 64 --answer-tokens 32 --greedy --batch-size 64 --dtype bfloat16
+	--memory-tokens 64 --answer-tokens 32 --greedy --batch-size 64 --dtype auto
 SEED ?= 0
 PRESET ?= smollm2
 SMOLLM2 := models/smollm2-135m-instruct
@@ -102,7 +103,7 @@ smollm2-rl: $(STAMP)
 # table, target check and figure.
 MIX_TRAIN_TASKS := niah_single_1 niah_multikey_2 niah_multivalue hotpotqa_synth
 MIX_HELDOUT_TASKS := vt fwe niah_multiquery niah_multikey_3 kv_retrieval
-MIX_EVAL = --chunk-tokens 256 --memory-tokens 64 --answer-tokens 48 --greedy --dtype bfloat16 --num-samples 48 \
+MIX_EVAL = --chunk-tokens 256 --memory-tokens 64 --answer-tokens 48 --greedy --dtype auto --num-samples 48 \
 	--data-seed 1 --batch-size 48
 MIX_SHORT := 512 2048
 MIX_LONG := 8192 32768

@@ -45,7 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--kv-cache-budget-gb", type=float, default=0.0,
                    help="GiB of KV cache one generate call may hold; a prompt that cannot fit gets a 400 (0 = none)")
     p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    p.add_argument("--dtype", default=None, help="float32, bfloat16, float16 or auto (default float32)")
+    p.add_argument("--dtype", default=None,
+                   help="float32 (default), bfloat16, float16 or auto (bfloat16 where bf16 matmuls are native)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generator shared by unseeded requests")
     p.add_argument("--verbose", action="store_true", help="log every HTTP request")
     args = p.parse_args(argv)

@@ -27,6 +27,8 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from memagent.model.precision import device_supports_bf16
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HOW_TO_GET_A_MODEL = (
     "Pass a local model directory: run `make smollm2` (writes models/smollm2-135m-instruct) or "
@@ -46,16 +48,17 @@ def resolve_device(device: str | torch.device | None) -> torch.device:
 def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torch.dtype:
     """Turn a dtype argument into a torch.dtype.
 
-    Accepts a torch.dtype, "float32", "bfloat16", "float16", "auto" (bfloat16 on a CUDA device that supports it,
-    else float32) or None (float32, see the module docstring).
+    Accepts a torch.dtype, "float32", "bfloat16", "float16", "auto" or None (float32, see the module docstring).
+    "auto" is bfloat16 where bf16 matmuls are native (`device_supports_bf16`: a CUDA device with bf16, a CPU with
+    AVX512-BF16 or AMX), else float32: on an AVX2-only CPU bf16 is emulated, and a SmolLM2 prefill runs 5.6x slower
+    in it than in float32 (BENCHMARKS.md, "make smollm2-rl on an AVX2 CPU").
     """
     if dtype is None:
         return torch.float32
     if isinstance(dtype, torch.dtype):
         return dtype
     if dtype == "auto":
-        bf16_ok = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        return torch.bfloat16 if bf16_ok else torch.float32
+        return torch.bfloat16 if device_supports_bf16(device) else torch.float32
     if dtype in DTYPES:
         return DTYPES[dtype]
     raise ValueError(f"dtype={dtype!r} is not supported: pass a torch.dtype or one of {[*DTYPES, 'auto']}")

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from memagent.model import load_model, load_tokenizer
+from memagent.model import load_model, load_tokenizer, loading
 from memagent.model.loading import resolve_device, resolve_dtype
+from memagent.model.precision import device_supports_bf16
 
 
 def test_missing_directory_says_what_to_pass(tmp_path: Path) -> None:
@@ -45,11 +46,23 @@ def test_file_instead_of_directory_is_refused(tmp_path: Path) -> None:
         ("bfloat16", torch.bfloat16),
         ("float16", torch.float16),
         (torch.bfloat16, torch.bfloat16),
-        ("auto", torch.float32),
     ],
 )
 def test_dtype_arguments_resolve_on_cpu(arg, expected: torch.dtype) -> None:
     assert resolve_dtype(arg, torch.device("cpu")) == expected
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_auto_dtype_is_bfloat16_only_where_bf16_is_native(monkeypatch, native_bf16: bool) -> None:
+    # On an AVX2-only CPU bf16 is emulated (several times slower than fp32): "auto" must not pick it there.
+    monkeypatch.setattr(loading, "device_supports_bf16", lambda device: native_bf16)
+    expected = torch.bfloat16 if native_bf16 else torch.float32
+    assert resolve_dtype("auto", torch.device("cpu")) == expected
+
+
+def test_auto_dtype_follows_this_machines_bf16_support() -> None:
+    expected = torch.bfloat16 if device_supports_bf16(torch.device("cpu")) else torch.float32
+    assert resolve_dtype("auto", torch.device("cpu")) == expected
 
 
 def test_unknown_dtype_is_refused() -> None:
