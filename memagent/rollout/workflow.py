@@ -40,7 +40,7 @@ from collections.abc import Generator
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from memagent.progress import progress_bar
+from memagent.progress import Progress, progress_bar
 from memagent.records import ANSWER, MEMORY, ChatRequest, Completion, Conversation, Sample, Trajectory
 from memagent.rollout.agents import AgentResult, conversation_from_completion
 from memagent.rollout.chunking import (
@@ -139,6 +139,16 @@ def memagent_agent(
     return AgentResult(conversations=conversations, answer=completion.text)
 
 
+def _counting_skipped_rounds(
+    agent: Generator[ChatRequest, Completion, AgentResult], planned: int, bar: Progress
+) -> Generator[ChatRequest, Completion, AgentResult]:
+    """`agent` unchanged, except that when it returns it advances `bar` by the conversations of its `planned` it
+    never ran: an exit gate's ANSWER skips the chunks after it, and the bar would otherwise end short of its total."""
+    result = yield from agent
+    bar.update(planned - len(result.conversations))
+    return result
+
+
 def run_memagent(
     samples: list[Sample],
     llm: LLM,
@@ -162,18 +172,21 @@ def run_memagent(
         raise ValueError(
             "run_memagent: the LLM backend has no tokenizer; give it the policy's (chunks are in its tokens)"
         )
-    agents, lengths, chunks, conversations = [], [], [], 0
+    documents = []  # (full token count, prepared ids), once per question and shared by its G rollouts
     for sample in samples:
-        full = tokenize_document(sample.context, tokenizer)  # once per question, shared by its G rollouts
-        ids = prepare_document(full, tokenizer, config)
-        lengths.append(len(full))
-        chunks.append(num_chunks(len(ids), config.chunk_tokens))
-        conversations += group_size * (chunks[-1] + 1)  # at most: the exit gate may stop a trajectory early
-        agents += [
-            memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids)
-            for _ in range(group_size)
-        ]
-    bar = progress_bar(conversations, "rollout conversations", enabled=show_progress)
+        full = tokenize_document(sample.context, tokenizer)
+        documents.append((len(full), prepare_document(full, tokenizer, config)))
+    lengths = [length for length, _ in documents]
+    chunks = [num_chunks(len(ids), config.chunk_tokens) for _, ids in documents]
+    # K memory updates + 1 answer per trajectory; an early exit advances the bar by what it skipped
+    bar = progress_bar(group_size * sum(k + 1 for k in chunks), "rollout conversations", enabled=show_progress)
+    agents = [
+        _counting_skipped_rounds(
+            memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids), k + 1, bar
+        )
+        for sample, (_, ids), k in zip(samples, documents, chunks)
+        for _ in range(group_size)
+    ]
     try:
         results = run_agents(agents, llm, on_round=bar.update)
     finally:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from memagent.records import ANSWER, MEMORY, ChatRequest, Completion, Reward, Sample
+from memagent.rollout import workflow
 from memagent.rollout.chunking import num_chunks, tokenize_document
 from memagent.rollout.gates import (
     ANSWER_NOW,
@@ -180,6 +181,37 @@ def test_answer_stops_reading_and_answers_from_the_memory_as_it_was(tiny_tokeniz
     assert (trajectory.num_chunks, trajectory.document_chunks) == (2, whole)
     assert _memory_shown(llm.requests[-1]) == "key under stone" and trajectory.answer == "\\boxed{stone}"
     assert len(llm.requests) == 3  # two updates and the answer: the other chunks were never sent
+
+
+class RecordingBar:
+    """The progress bar's two calls, recorded: what the rollout promised and what it reported done."""
+
+    def __init__(self, total: int) -> None:
+        self.total, self.done, self.closed = total, 0, False
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("script", [["UPDATE\nkey under stone", "ANSWER"], ["UPDATE\nkey"], ["ANSWER"]])
+def test_the_progress_bar_ends_at_its_total_whether_or_not_trajectories_exit_early(
+    tiny_tokenizer, monkeypatch, script
+) -> None:
+    bars: list[RecordingBar] = []
+
+    def recording_bar(total: int, desc: str, *, enabled: bool) -> RecordingBar:
+        bars.append(RecordingBar(total))
+        return bars[-1]
+
+    monkeypatch.setattr(workflow, "progress_bar", recording_bar)
+    samples = [Sample(DOCUMENT, QUESTION, ["stone"]), Sample(DOCUMENT * 2, QUESTION, ["stone"])]
+    trajectories = run_memagent(samples, ScriptedLLM(tiny_tokenizer, script), _config("both"), group_size=3)
+    [bar] = bars
+    assert bar.total == sum(t.document_chunks + 1 for t in trajectories)
+    assert (bar.done, bar.closed) == (bar.total, True)
 
 
 def test_garbage_counts_as_update_and_is_counted_apart(tiny_tokenizer) -> None:
