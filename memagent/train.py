@@ -108,7 +108,7 @@ def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, flo
     counts = micro_batch_counts(minis, opt.micro_batch_tokens, learner.all_reduce_max, shared)
     packing = dict(budget=opt.micro_batch_tokens, pad_id=setup.tokenizer.pad_token_id, device=setup.device,
                    temperature=r.temperature, shared_prefix=shared)
-    # The first mini-batch needs none: its update runs under the weights that sampled (update_policy).
+    # Not for the first mini-batch: its update runs under the weights that sampled (update_policy).
     with autocast(setup.device, setup.autocast_dtype):
         if not reuse:
             set_logprobs(learner.model, minis[1:], counts[1:], "old_logprobs", **packing)

@@ -51,7 +51,8 @@ def resolve_dtype(dtype: str | torch.dtype | None, device: torch.device) -> torc
     Accepts a torch.dtype, "float32", "bfloat16", "float16", "auto" or None (float32, see the module docstring).
     "auto" is bfloat16 where bf16 matmuls are native (`device_supports_bf16`: a CUDA device with bf16, a CPU with
     AVX512-BF16 or AMX), else float32: on an AVX2-only CPU bf16 is emulated, and a SmolLM2 prefill runs 5.6x slower
-    in it than in float32 (BENCHMARKS.md, "make smollm2-rl on an AVX2 CPU").
+    in it than in float32 (BENCHMARKS.md, "`make smollm2-rl`'s training on an
+    AVX2-only CPU").
     """
     if dtype is None:
         return torch.float32

@@ -172,19 +172,19 @@ def run_memagent(
         raise ValueError(
             "run_memagent: the LLM backend has no tokenizer; give it the policy's (chunks are in its tokens)"
         )
-    documents = []  # (full token count, prepared ids), once per question and shared by its G rollouts
+    lengths, documents = [], []
     for sample in samples:
-        full = tokenize_document(sample.context, tokenizer)
-        documents.append((len(full), prepare_document(full, tokenizer, config)))
-    lengths = [length for length, _ in documents]
-    chunks = [num_chunks(len(ids), config.chunk_tokens) for _, ids in documents]
+        full = tokenize_document(sample.context, tokenizer)  # once per question, shared by its G rollouts
+        lengths.append(len(full))
+        documents.append(prepare_document(full, tokenizer, config))
+    chunks = [num_chunks(len(ids), config.chunk_tokens) for ids in documents]
     # K memory updates + 1 answer per trajectory; an early exit advances the bar by what it skipped
     bar = progress_bar(group_size * sum(k + 1 for k in chunks), "rollout conversations", enabled=show_progress)
     agents = [
         _counting_skipped_rounds(
             memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids), k + 1, bar
         )
-        for sample, (_, ids), k in zip(samples, documents, chunks)
+        for sample, ids, k in zip(samples, documents, chunks)
         for _ in range(group_size)
     ]
     try:
