@@ -14,7 +14,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export DS_ACCELERATOR ?= cpu
 
-.PHONY: install demo test test-fast test-dist test-latest lint smollm2 smollm2-rl smollm2-mix smollm2-mix-report \
+.PHONY: install demo demo-gates test test-fast test-dist test-latest lint smollm2 smollm2-rl smollm2-mix smollm2-mix-report \
 	smollm2-mix-gates smollm2-gates-report bench clean
 
 $(BIN)/python:
@@ -31,6 +31,18 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python train.py
+
+# Gated memory on the demo (docs/gates.md, "The demo"): for seed SEED, the ungated twin (preset tiny-4chunks) and the
+# gated run (tiny-gates) from the same tiny model, then the comparison over every seed trained so far: accuracy,
+# chunks read and generated tokens per correct answer after RL (runs/demo-gates.md). Each run is skipped once done.
+DEMO_GATES_SEED = --run.seed $(SEED) --data.seed $(SEED) --demo.model-dir runs/tiny-seed$(SEED)/model
+demo-gates: $(STAMP)
+	test -f runs/tiny-4chunks-seed$(SEED)/results.json || $(BIN)/python train.py --preset tiny-4chunks \
+		$(DEMO_GATES_SEED) --run.output-dir runs/tiny-4chunks-seed$(SEED)
+	test -f runs/tiny-gates-seed$(SEED)/results.json || $(BIN)/python train.py --preset tiny-gates \
+		$(DEMO_GATES_SEED) --run.output-dir runs/tiny-gates-seed$(SEED)
+	$(BIN)/python -m memagent.demo.gates_compare --ungated runs/tiny-4chunks-seed* --gated runs/tiny-gates-seed* \
+		--markdown runs/demo-gates.md
 
 # Single-process tests first, then the small multi-process group (torchrun / DeepSpeed on gloo).
 # pytest exits 5 when a group has no tests; that is not a failure.

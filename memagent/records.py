@@ -45,11 +45,14 @@ class Reward:
     """DAPO's soft overlong penalty on the answer length (<= 0; 0 with shaping off), docs/rl-math.md §4."""
     read_cost: float = 0.0
     """Gated memory's efficiency term, -lambda x chunks read / chunks in the document (<= 0; 0 when off), docs/gates.md."""
+    write_cost: float = 0.0
+    """Gated memory's other efficiency term, -mu x memory tokens written / (memory budget x chunks in the document)
+    (<= 0; 0 when off), docs/gates.md."""
 
     @property
     def total(self) -> float:
         """The scalar the group advantage is computed from."""
-        return self.correct + self.overlong + self.read_cost
+        return self.correct + self.overlong + self.read_cost + self.write_cost
 
 
 MEMORY = "memory"

@@ -48,7 +48,7 @@ from memagent.rollout.sampling import SamplingParams
 from memagent.rollout.workflow import run_memagent
 from memagent.training.checkpoint import load_checkpoint, save_checkpoint
 from memagent.training.gate_metrics import gate_metrics
-from memagent.training.heldout import heldout_accuracy
+from memagent.training.heldout import heldout_metrics
 from memagent.training.logging import MetricsLogger, write_traces
 from memagent.training.memory_budget import dry_run_report
 from memagent.training.setup import PreRLStage, TrainingSetup, set_up_training
@@ -75,12 +75,13 @@ def shared_prefix_tokens(setup: TrainingSetup) -> int:
 
 
 def score(cfg: TrainConfig, trajectories: list[Trajectory], questions: list[Sample]) -> None:
-    """Outcome reward of each trajectory: the verifier on its final answer + DAPO's overlong penalty (+ the read cost
-    of gated memory when rollout.read_cost is set)."""
+    """Outcome reward of each trajectory: the verifier on its final answer + DAPO's overlong penalty (+ gated memory's
+    read and write costs when rollout.read_cost or rollout.write_cost is set)."""
     r = cfg.rollout
     score_trajectories(trajectories, questions, verifier=r.verifier, answer_budget=cfg.workflow.answer_tokens,
                        overlong_shaping=r.overlong_shaping, overlong_cache_tokens=r.overlong_cache_tokens,
-                       overlong_factor=r.overlong_factor, read_cost=r.read_cost)
+                       overlong_factor=r.overlong_factor, read_cost=r.read_cost, write_cost=r.write_cost,
+                       memory_budget=cfg.workflow.memory_tokens)
 
 
 def rl_step(setup: TrainingSetup, stream: QuestionStream) -> tuple[dict[str, float], KeptGroups]:
@@ -169,25 +170,41 @@ def task_accuracy(setup: TrainingSetup, kept: KeptGroups) -> dict[str, float]:
 
 
 def evaluate(setup: TrainingSetup) -> dict[str, float]:
-    """Held-out accuracy (the training verifier) at every evaluation length."""
+    """Held-out accuracy (the training verifier) at every evaluation length, and what the answers cost:
+    `eval/{metric}_{set}` for the metrics of memagent.training.heldout.heldout_metrics (accuracy, chunks read,
+    generated tokens per correct answer, gate decisions)."""
     e, r, learner = setup.cfg.eval, setup.cfg.rollout, setup.learner
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p)
+    out: dict[str, float] = {}
     with learner.generation() as model, autocast(setup.device, setup.autocast_dtype):
-        return {f"eval/accuracy_{name}": heldout_accuracy(
-            model, setup.tokenizer, samples, setup.cfg.workflow, params, rank=learner.rank,
-            world_size=learner.world_size, all_reduce_sum=learner.all_reduce_sum, generator=setup.generator,
-            max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
-            kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30, verifier=r.verifier)
-            for name, samples in setup.heldout.items()}
+        for name, samples in setup.heldout.items():
+            metrics = heldout_metrics(
+                model, setup.tokenizer, samples, setup.cfg.workflow, params, rank=learner.rank,
+                world_size=learner.world_size, all_reduce_sum=learner.all_reduce_sum, generator=setup.generator,
+                max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
+                kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30, verifier=r.verifier)
+            out |= {f"eval/{metric}_{name}": value for metric, value in metrics.items()}
+    return out
 
 
 def results_table(before: dict[str, float], after: dict[str, float]) -> str:
-    """Markdown table of held-out accuracy before RL (after any warm start) and after RL, per evaluation length."""
-    lines = ["| held-out set | before RL | after RL | change |", "|---|---|---|---|"]
+    """Markdown table of held-out accuracy, chunks read and generated tokens per correct answer, before RL (after any
+    warm start) and after RL, per evaluation length (a run recorded before the cost metrics shows accuracy only)."""
+    lines = ["| held-out set | accuracy before RL | after RL | change | chunks read, before / after | "
+             "generated tokens per correct, before / after |", "|---|---|---|---|---|---|"]
+
+    def cost(metric: str, name: str, fmt: str) -> str:
+        values = [d.get(f"eval/{metric}_{name}") for d in (before, after)]
+        return " / ".join("—" if v is None else format(100 * v if metric.endswith("share") else v, fmt)
+                          for v in values)
+
     for key in before:
+        if not key.startswith("eval/accuracy_"):
+            continue
         name = key.removeprefix("eval/accuracy_")
         b, a = 100 * before[key], 100 * after.get(key, float("nan"))
-        lines.append(f"| {name} chunks x train | {b:.1f} | {a:.1f} | {a - b:+.1f} |")
+        lines.append(f"| {name} chunks x train | {b:.1f} | {a:.1f} | {a - b:+.1f} | "
+                     f"{cost('chunks_read_share', name, '.0f')} % | {cost('generated_tokens_per_correct', name, '.1f')} |")
     return "\n".join(lines)
 
 
@@ -248,7 +265,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if learner.rank == 0 and after:
         logger.log(cfg.run.steps, after)
         table = results_table(state["before"], after)
-        print(f"\nHeld-out {cfg.rollout.verifier} accuracy (%), greedy:\n" + table, flush=True)
+        sampling = "greedy" if cfg.eval.temperature == 0 else f"temperature {cfg.eval.temperature}"
+        print(f"\nHeld-out {cfg.rollout.verifier} accuracy (%) and cost, {sampling}:\n" + table, flush=True)
         (Path(out) / "results.json").write_text(json.dumps({"before": state["before"], "after": after}))
     logger.close()
     return {**metrics, **after}

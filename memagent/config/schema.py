@@ -85,6 +85,9 @@ class RolloutConfig:
     """Penalty at the answer cap (DAPO: 1.0)."""
     read_cost: float = 0.0
     """Gated memory's efficiency term lambda: reward -= lambda x chunks read / chunks in the document (0 = off; docs/gates.md)."""
+    write_cost: float = 0.0
+    """Gated memory's writing term mu: reward -= mu x memory tokens written / (memory_tokens x chunks in the document)
+    (0 = off; docs/gates.md)."""
     verifier: str = "strict"
     """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent), lenient (a gold inside the
     answer) or task (by task family: RULER string_match_all with partial credit, lenient for QA; for a task mix)."""
@@ -220,6 +223,12 @@ class DemoConfig:
     teacher_keep_probability: float = 0.2
     """SFT teacher: chance that it carries a found needle through a section without one (else it writes
     "code {key} unknown."): a weak memory policy whose greedy imitation forgets; 1 = the exact oracle."""
+    teacher_decisions: tuple[float, float, float] = (0.3, 0.6, 0.1)
+    """SFT teacher with workflow.gates: chances of KEEP, UPDATE, ANSWER (those on offer, renormalized), drawn per
+    update whatever the chunk holds, so the warm start speaks the grammar and RL learns when each word pays."""
+    teacher_informed: float = 0.0
+    """SFT teacher with workflow.gates: chance that a decision follows the rule (ANSWER once the memory holds the
+    needle, UPDATE on its section, KEEP otherwise) instead of the blind draw; 0 = blind."""
     lr: float = 2e-3
     """Learning rate of both stages (AdamW, 10% warm-up then constant)."""
 
@@ -302,6 +311,7 @@ def validate(cfg: TrainConfig) -> None:
          f"temperature > 0; got temperature={r.temperature}, top_p={r.top_p}, top_k={r.top_k}"),
         (r.filter_on in ("correct", "reward"), f"rollout.filter_on={r.filter_on!r}: correct or reward"),
         (r.read_cost >= 0, f"rollout.read_cost={r.read_cost} must be >= 0 (0 = off)"),
+        (r.write_cost >= 0, f"rollout.write_cost={r.write_cost} must be >= 0 (0 = off)"),
         # Without the exit gate every trajectory reads every chunk: the term would be one constant per question.
         (r.read_cost == 0 or wf.gates in ("exit", "both"),
          f"rollout.read_cost={r.read_cost} needs workflow.gates exit or both, got {wf.gates!r}"),
@@ -318,6 +328,10 @@ def validate(cfg: TrainConfig) -> None:
         (not (d.tasks and d.train_file), "data.tasks and data.train_file: pass one of them, not both"),
         (min(cfg.demo.chunks, cfg.demo.pretrain_chunks) >= 1, "demo.chunks and demo.pretrain_chunks must be >= 1"),
         (0 <= cfg.demo.teacher_keep_probability <= 1, "demo.teacher_keep_probability must be in [0, 1]"),
+        (len(cfg.demo.teacher_decisions) == 3 and min(cfg.demo.teacher_decisions) >= 0
+         and cfg.demo.teacher_decisions[1] > 0,
+         f"demo.teacher_decisions={cfg.demo.teacher_decisions}: three chances (KEEP, UPDATE, ANSWER) >= 0, UPDATE > 0"),
+        (0 <= cfg.demo.teacher_informed <= 1, f"demo.teacher_informed={cfg.demo.teacher_informed} must be in [0, 1]"),
         (cfg.rollout.verifier in VERIFIER_NAMES,
          f"rollout.verifier={cfg.rollout.verifier!r}: strict, lenient or task"),
         (cfg.model.dtype in ("auto", "float32", "bfloat16"), f"model.dtype={cfg.model.dtype!r}: auto, float32, bfloat16"),

@@ -21,13 +21,20 @@ import functools
 import random
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedTokenizerBase
 
 from memagent.records import ChatRequest, Completion, Sample
+from memagent.rollout.gates import ANSWER_NOW, KEEP, UPDATE
 from memagent.rollout.llm import stop_token_ids
-from memagent.rollout.prompts import MEMORY_UPDATE_TEMPLATE, render_final_answer
+from memagent.rollout.prompts import (
+    GATE_CHOICES,
+    MEMORY_UPDATE_TEMPLATE,
+    render_final_answer,
+    render_memory_update,
+)
 
 # Fillers share no word with code lines (" code", keys, values, " unknown"), so a value token in a prompt is always
 # the needle's (or, with distractors, another code line's).
@@ -49,9 +56,11 @@ VALUES = ("red", "blue", "green", "gold", "black", "white", "pink", "gray", "nor
 
 def corpus(seed: int = 0) -> list[str]:
     """Task and prompt text for training the tiny tokenizer: every key and value, as the needle, question and
-    answer spell them, is repeated often enough to become a single token."""
+    answer spell them, is repeated often enough to become a single token; so are the gate words and decision lines
+    of the gated prompt (docs/gates.md), so a KEEP costs one generated token as in a real tokenizer's vocabulary."""
     rng = random.Random(seed)
-    texts = [MEMORY_UPDATE_TEMPLATE.format(problem="q", memory="m", chunk="c"), render_final_answer("q", "m")] * 20
+    texts = [MEMORY_UPDATE_TEMPLATE.format(problem="q", memory="m", chunk="c"), render_final_answer("q", "m"),
+             render_memory_update("q", "m", "c", gates="both")] * 20 + [KEEP, f"{UPDATE}\n", ANSWER_NOW] * 400
     for _ in range(40):
         for key in KEYS:
             for value in rng.sample(VALUES, 4):
@@ -121,6 +130,28 @@ _BLOCK = re.compile(r"<(problem|memory|section)>\n(.*?)\n</\1>", re.S)
 _QUESTION_KEY = re.compile(re.escape(QUESTION.format(key="@")).replace("@", r"(\w+)"))
 
 
+@dataclass(frozen=True)
+class _Request:
+    """What the oracle reads in one request: the asked key and where its needle is."""
+
+    key: str
+    in_memory: re.Match[str] | None
+    """The needle in the memory block, None if absent."""
+    in_section: re.Match[str] | None
+    """The needle in the section block, None if absent."""
+    has_section: bool
+    """False for the final-answer request, which shows the memory alone."""
+
+
+def _read_request(content: str) -> _Request:
+    blocks = dict(_BLOCK.findall(content))
+    key = _QUESTION_KEY.fullmatch(blocks["problem"]).group(1)  # type: ignore[union-attr]
+    needle = re.compile(re.escape(NEEDLE.format(key=key, value="@")).replace("@", r"(?!unknown)(\w+)"))
+    section = blocks.get("section")
+    return _Request(key, needle.search(blocks["memory"]), needle.search(section) if section is not None else None,
+                    section is not None)
+
+
 class OracleLLM:
     """An LLM backend that answers MemAgent's requests with the oracle memory and answer (see module docstring).
 
@@ -131,38 +162,66 @@ class OracleLLM:
     keep_probability < 1 makes it a forgetful teacher: when the section has no needle but the memory has, it
     carries the needle forward only with this probability (a seeded draw per such request) and otherwise writes
     "code {key} unknown.", the mistake of a memory policy that rewrites the memory from the current section alone.
+
+    A gated request (its prompt lists decision words, docs/gates.md) gets "KEEP" or "ANSWER" alone, or "UPDATE" and
+    the memory on the next line. With chance `informed` the word follows the rule (ANSWER once the memory holds the
+    needle, UPDATE on the needle's section, KEEP otherwise; the first of these on offer, UPDATE last); otherwise it
+    is drawn blindly among the words on offer with the chances `decisions` (KEEP, UPDATE, ANSWER; renormalized over
+    those offered), whatever the chunk holds. A blind teacher (informed 0) teaches the grammar alone and leaves
+    when to keep, update or stop to RL.
     """
 
-    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, keep_probability: float = 1.0, seed: int = 0) -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, *, keep_probability: float = 1.0, seed: int = 0,
+                 decisions: tuple[float, float, float] = (0.0, 1.0, 0.0), informed: float = 0.0) -> None:
         if not 0.0 <= keep_probability <= 1.0:
             raise ValueError(f"OracleLLM: keep_probability={keep_probability} must be in [0, 1]")
+        if len(decisions) != 3 or min(decisions) < 0 or decisions[1] <= 0:
+            raise ValueError(f"OracleLLM: decisions={decisions} must be three chances (KEEP, UPDATE, ANSWER) >= 0, "
+                             "UPDATE > 0")
         self.tokenizer = tokenizer
         self.eos = stop_token_ids(tokenizer)[0]
         self.keep_probability = keep_probability
+        if not 0.0 <= informed <= 1.0:
+            raise ValueError(f"OracleLLM: informed={informed} must be in [0, 1]")
+        self.decisions = dict(zip((KEEP, UPDATE, ANSWER_NOW), decisions))
+        self.informed = informed
         self.rng = random.Random(seed)
 
+    def _decide(self, content: str) -> str | None:
+        """The gate word for a gated memory-update request (class docstring); None for any other request."""
+        offered = [word for word in (KEEP, UPDATE, ANSWER_NOW) if GATE_CHOICES[word] in content]
+        if not offered:
+            return None
+        if self.informed and self.rng.random() < self.informed:
+            request = _read_request(content)
+            rule = (ANSWER_NOW, KEEP) if request.in_memory else (UPDATE,) if request.in_section else (KEEP,)
+            return next((word for word in rule if word in offered), UPDATE)
+        return self.rng.choices(offered, weights=[self.decisions[word] for word in offered])[0]
+
     def _answer(self, content: str) -> str:
-        blocks = dict(_BLOCK.findall(content))
-        key = _QUESTION_KEY.fullmatch(blocks["problem"]).group(1)  # type: ignore[union-attr]
-        needle = re.compile(re.escape(NEEDLE.format(key=key, value="@")).replace("@", r"(?!unknown)(\w+)"))
-        in_memory = needle.search(blocks["memory"])
-        if "section" not in blocks:  # the final answer, from the memory alone
+        request = _read_request(content)
+        in_memory = request.in_memory
+        if not request.has_section:  # the final answer, from the memory alone
             return f"\\boxed{{{in_memory.group(1) if in_memory else 'unknown'}}}"
-        in_section = needle.search(blocks["section"])
-        if in_section:
-            return in_section.group(0)
+        if request.in_section:
+            return request.in_section.group(0)
         if in_memory and (self.keep_probability == 1.0 or self.rng.random() < self.keep_probability):
             return in_memory.group(0)
-        return UNSEEN.format(key=key)
+        return UNSEEN.format(key=request.key)
 
     def complete(self, requests: list[ChatRequest]) -> list[Completion]:
         out = []
         for request in requests:
-            text = self._answer(request.messages[-1]["content"])
+            content = request.messages[-1]["content"]
+            decision = self._decide(content)
+            text = self._answer(content)
+            if decision is not None:
+                text = f"{UPDATE}\n{text}" if decision == UPDATE else decision
             prompt = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True,
                                                         tokenize=True, return_dict=False)
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"][: request.max_new_tokens - 1]
-            ids = ids + [self.eos]
+            # The engine stops right after KEEP or ANSWER (ChatRequest.stop_texts), with no end-of-turn token.
+            ids = ids if decision in (KEEP, ANSWER_NOW) else ids + [self.eos]
             out.append(Completion(text=text, prompt_ids=list(prompt), response_ids=ids,
                                   logprobs=torch.zeros(len(ids)), finished=True))
         return out

@@ -46,19 +46,25 @@ COMPACT_ANSWER_PROMPT = "{problem}\n{memory}\nAnswer:"
 
 
 def _oracle_trajectories(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, workflow: WorkflowConfig,
-                         keep_probability: float, seed: int) -> list[Trajectory]:
-    teacher = OracleLLM(tokenizer, keep_probability=keep_probability, seed=seed)
+                         keep_probability: float, seed: int, decisions: tuple[float, float, float] = (0.0, 1.0, 0.0),
+                         informed: float = 0.0) -> list[Trajectory]:
+    teacher = OracleLLM(tokenizer, keep_probability=keep_probability, seed=seed, decisions=decisions,
+                        informed=informed)
     return run_memagent(samples, teacher, workflow, group_size=1)
 
 
 def oracle_rows(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, workflow: WorkflowConfig, *,
-                keep_probability: float = 1.0, seed: int = 0) -> list[list[TrainRow]]:
+                keep_probability: float = 1.0, seed: int = 0,
+                decisions: tuple[float, float, float] = (0.0, 1.0, 0.0),
+                informed: float = 0.0) -> list[list[TrainRow]]:
     """Per question, its teacher conversations with the workflow's own prompts, as rows (advantage unused).
 
-    keep_probability, seed: of the teacher (demo_task.OracleLLM; 1.0 = the exact oracle).
+    keep_probability, seed, decisions, informed: of the teacher (demo_task.OracleLLM; keep_probability 1.0 = the
+    exact oracle; decisions and informed: how it gates in a gated workflow).
     """
     return [[TrainRow.from_conversation(c) for c in traj.conversations]
-            for traj in _oracle_trajectories(samples, tokenizer, workflow, keep_probability, seed)]
+            for traj in _oracle_trajectories(samples, tokenizer, workflow, keep_probability, seed, decisions,
+                                             informed)]
 
 
 def compact_oracle_rows(samples: list[Sample], tokenizer: PreTrainedTokenizerBase, workflow: WorkflowConfig, *,
@@ -123,7 +129,11 @@ def compact_pretrain(model: nn.Module, tokenizer: PreTrainedTokenizerBase, quest
                      workflow: WorkflowConfig, cfg: DemoConfig, *, device: torch.device, budget: int,
                      show: bool) -> list[float]:
     """Stage 1 (module docstring): update u trains on the compact oracle traces of `questions(u)`, until the loss
-    is below cfg.pretrain_stop_loss or after cfg.pretrain_steps updates. Returns the loss of each update."""
+    is below cfg.pretrain_stop_loss or after cfg.pretrain_steps updates. Returns the loss of each update.
+
+    Always MemAgent's ungated traces: the compact prompt offers no decision words, so a gated workflow's decisions
+    are learned in stage 2 alone."""
+    workflow = dataclasses.replace(workflow, gates="none")
     return supervised_updates(
         model, lambda u: [r for rows in compact_oracle_rows(questions(u), tokenizer, workflow) for r in rows],
         steps=cfg.pretrain_steps, lr=cfg.lr, pad_id=_pad_id(tokenizer), device=device, budget=budget,
@@ -139,7 +149,8 @@ def warm_start(model: nn.Module, tokenizer: PreTrainedTokenizerBase, samples: li
     steps * B fresh questions (memagent.demo.stage's SFT questions) no question is seen twice: repeating a few thousand
     questions for several epochs let the tiny model memorize them (training loss 0.01 nats/token, held-out 2.2).
     """
-    traces = oracle_rows(samples, tokenizer, workflow, keep_probability=cfg.teacher_keep_probability, seed=seed)
+    traces = oracle_rows(samples, tokenizer, workflow, keep_probability=cfg.teacher_keep_probability, seed=seed,
+                         decisions=cfg.teacher_decisions, informed=cfg.teacher_informed)
     order = list(range(len(traces)))
     random.Random(seed).shuffle(order)
     b = min(cfg.batch_questions, len(traces))

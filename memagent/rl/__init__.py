@@ -8,7 +8,12 @@ from memagent.rl.advantages import broadcast_to_conversations, group_advantages
 from memagent.rl.entropy import entropy_from_logits
 from memagent.rl.kl import kl_penalty
 from memagent.rl.loss import AGG_MODES, LossMetrics, aggregate, clipped_token_loss, policy_loss
-from memagent.rl.shaping import keep_informative_groups, overlong_penalty, read_cost_penalty
+from memagent.rl.shaping import (
+    keep_informative_groups,
+    overlong_penalty,
+    read_cost_penalty,
+    write_cost_penalty,
+)
 
 __all__ = [
     "AGG_MODES",
@@ -23,4 +28,5 @@ __all__ = [
     "overlong_penalty",
     "policy_loss",
     "read_cost_penalty",
+    "write_cost_penalty",
 ]

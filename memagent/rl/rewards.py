@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from memagent.records import Reward, Sample, Trajectory
-from memagent.rl.shaping import overlong_penalty, read_cost_penalty
+from memagent.rl.shaping import overlong_penalty, read_cost_penalty, write_cost_penalty
 from memagent.verify import contained_reward, strict_reward, task_reward
 
 VERIFIERS: dict[str, Callable[[str, Sequence[str]], float]] = {"strict": strict_reward, "lenient": contained_reward}
@@ -42,13 +42,15 @@ def answer_score(verifier: str, response: str, sample: Sample) -> float:
 def score_trajectories(
     trajectories: list[Trajectory], samples: list[Sample], *, verifier: str, answer_budget: int,
     overlong_shaping: bool, overlong_cache_tokens: int, overlong_factor: float, read_cost: float = 0.0,
+    write_cost: float = 0.0, memory_budget: int = 1,
 ) -> None:
     """Set `traj.reward` of every trajectory (in place); `traj.sample_index` indexes `samples`.
 
     verifier: a name in VERIFIER_NAMES. answer_budget: max new tokens of the answer (L_max of the overlong penalty);
     the penalty ramps over its last `overlong_cache_tokens` tokens down to -overlong_factor, and is 0 when
-    `overlong_shaping` is off. read_cost: lambda of the efficiency term (0 = off; `Reward.read_cost`). A trajectory
-    with an `error` (a failed LLM call) scores as a wrong answer.
+    `overlong_shaping` is off. read_cost: lambda of the efficiency term (0 = off; `Reward.read_cost`). write_cost: mu of
+    the memory-writing term over memory_budget tokens per chunk (0 = off; `Reward.write_cost`). A trajectory with an
+    `error` (a failed LLM call) scores as a wrong answer.
     """
     if verifier not in VERIFIER_NAMES:
         raise ValueError(f"verifier={verifier!r}: expected one of {VERIFIER_NAMES}")
@@ -63,5 +65,10 @@ def score_trajectories(
         read = torch.tensor([t.num_chunks for t in trajectories], dtype=torch.float64)  # [N]
         whole = torch.tensor([t.document_chunks for t in trajectories], dtype=torch.float64)  # [N]
         reading = read_cost_penalty(read, whole, cost=read_cost).tolist()
-    for traj, c, p, r in zip(trajectories, correct, penalty, reading):
-        traj.reward = Reward(correct=c, overlong=p, read_cost=r)
+    writing = [0.0] * len(trajectories)
+    if write_cost and trajectories:
+        written = torch.tensor([t.memory_tokens_generated for t in trajectories], dtype=torch.float64)  # [N]
+        whole = torch.tensor([t.document_chunks for t in trajectories], dtype=torch.float64)  # [N]
+        writing = write_cost_penalty(written, whole, memory_budget=memory_budget, cost=write_cost).tolist()
+    for traj, c, p, r, w in zip(trajectories, correct, penalty, reading, writing):
+        traj.reward = Reward(correct=c, overlong=p, read_cost=r, write_cost=w)

@@ -70,6 +70,38 @@ def read_cost_penalty(chunks_read: Tensor, document_chunks: Tensor, *, cost: flo
     return out.to(chunks_read.dtype if chunks_read.is_floating_point() else torch.get_default_dtype())
 
 
+
+def write_cost_penalty(memory_tokens: Tensor, document_chunks: Tensor, *, memory_budget: int, cost: float) -> Tensor:
+    """Efficiency term per trajectory, never positive: -cost x the memory tokens it wrote over the most a reader of
+    the whole document may write (memory_budget per chunk), capped at the whole cost.
+
+    It pays for what MemAgent spends every chunk, a memory rewrite: a KEEP or an early exit writes nothing, an
+    UPDATE its memory's tokens (docs/gates.md, "Reward"). An unparsed gated response writes its decision line as
+    memory too, so a share above 1 is possible and is capped.
+
+    Args:
+        memory_tokens: [N] integer or float, tokens each trajectory wrote to memory (>= 0; decision tokens excluded,
+            Trajectory.memory_tokens_generated).
+        document_chunks: [N] same kind, chunks of its document; 0 (an empty document) gives 0.
+        memory_budget: tokens one memory update may write (workflow.memory_tokens), >= 1.
+        cost: mu >= 0, the penalty of writing a full memory after every chunk of the document.
+    Returns:
+        [N] penalties in [-cost, 0], float (memory_tokens' dtype if float, else the default float dtype).
+    """
+    if memory_tokens.dim() != 1 or memory_tokens.shape != document_chunks.shape:
+        raise ValueError(f"memory_tokens and document_chunks: expected two [N] tensors, got shapes "
+                         f"{tuple(memory_tokens.shape)} and {tuple(document_chunks.shape)}")
+    if memory_tokens.numel() and bool((memory_tokens < 0).any()):
+        raise ValueError("memory_tokens: expected non-negative counts, got a negative value")
+    if memory_budget < 1:
+        raise ValueError(f"memory_budget: expected >= 1, got {memory_budget}")
+    if not cost >= 0:
+        raise ValueError(f"cost: expected >= 0, got {cost}")
+    written, most = memory_tokens.double(), document_chunks.double() * memory_budget
+    share = torch.where(most > 0, (written / most.clamp(min=1.0)).clamp(max=1.0), torch.zeros_like(written))
+    out = -cost * share
+    return out.to(memory_tokens.dtype if memory_tokens.is_floating_point() else torch.get_default_dtype())
+
 def keep_informative_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """Dynamic-sampling keep mask: True for every trajectory of a group whose rewards are not all equal.
 

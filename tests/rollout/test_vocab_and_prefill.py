@@ -104,15 +104,15 @@ def test_kv_cache_budget_sets_rows_per_call_under_the_hard_cap(tiny_model, tiny_
 def test_heldout_evaluation_respects_the_rows_per_call_cap(tiny_model, tiny_tokenizer):
     from memagent.records import Sample
     from memagent.rollout.prompts import WorkflowConfig
-    from memagent.training.heldout import heldout_accuracy
+    from memagent.training.heldout import heldout_metrics
 
     samples = [Sample(context=f"the code of key {i} is {i * 7}. " * 6, question=f"code of key {i}?", answers=[str(i)])
                for i in range(5)]
     memory = WorkflowConfig(chunk_tokens=48, memory_tokens=4, answer_tokens=4, question_tokens=32)
     sizes = _batch_sizes_of_generate_calls(tiny_model)
     kw = dict(rank=0, world_size=1, all_reduce_sum=lambda t: t)
-    heldout_accuracy(tiny_model, tiny_tokenizer, samples, memory, GREEDY, **kw)
+    heldout_metrics(tiny_model, tiny_tokenizer, samples, memory, GREEDY, **kw)
     assert max(sizes) == 5  # uncapped: every question of a round in one call
     sizes.clear()
-    heldout_accuracy(tiny_model, tiny_tokenizer, samples, memory, GREEDY, max_batch_rows=2, **kw)
+    heldout_metrics(tiny_model, tiny_tokenizer, samples, memory, GREEDY, max_batch_rows=2, **kw)
     assert sizes and max(sizes) == 2

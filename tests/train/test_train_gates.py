@@ -11,6 +11,7 @@ default), where every update parses.
 from __future__ import annotations
 
 import json
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,26 @@ def test_the_gates_preset_is_the_task_mix_with_both_gates() -> None:
         k: v for k, v in PRESETS["smollm2-mix"].items() if k not in ("workflow", "run")}
     assert PRESETS["smollm2-mix-gates"]["workflow"] == {**PRESETS["smollm2-mix"]["workflow"], "gates": "both"}
     assert gated.run.output_dir != mix.run.output_dir and gated.run.steps == mix.run.steps
+
+
+def test_the_gated_demo_and_its_twin_differ_only_in_the_gates_and_their_costs() -> None:
+    gated, twin = load_config(["--preset", "tiny-gates"]), load_config(["--preset", "tiny-4chunks"])
+    assert gated.workflow.gates == "both" and twin.workflow.gates == "none"
+    assert gated.rollout.read_cost > 0 and gated.rollout.write_cost > 0 and gated.rollout.filter_on == "reward"
+    assert twin.rollout.read_cost == twin.rollout.write_cost == 0.0 and twin.data == gated.data
+    assert twin.data.train_chunks == 4 and gated.demo.teacher_decisions[0] > 0 and gated.run.output_dir != twin.run.output_dir
+    same = ("model", "loss", "optim", "data", "eval")
+    assert all(getattr(gated, name) == getattr(twin, name) for name in same)
+    assert {f.name: getattr(gated.demo, f.name) for f in fields(gated.demo) if f.name != "teacher_informed"} == {
+        f.name: getattr(twin.demo, f.name) for f in fields(twin.demo) if f.name != "teacher_informed"}
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--rollout.write-cost", "-0.5", "rollout.write_cost=-0.5 must be >= 0"),
+    ("--demo.teacher-informed", "1.5", "demo.teacher_informed=1.5 must be in"),
+    ("--demo.teacher-decisions", "0.5,0,0.5", "demo.teacher_decisions="),
+    ("--demo.teacher-decisions", "0.5,0.5", "demo.teacher_decisions="),
+])
+def test_bad_gate_cost_and_teacher_settings_are_refused_naming_the_field(flag, value, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        load_config(["--preset", "tiny-gates", flag, value])

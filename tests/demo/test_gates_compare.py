@@ -1,0 +1,57 @@
+"""The gated demo's comparison (memagent.demo.gates_compare) on real results.json files written like train.py's."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from memagent.demo import gates_compare
+
+
+def _run(root: Path, name: str, per_set: dict[str, tuple[float, float, float]]) -> str:
+    """A finished run: per held-out set (accuracy, generated tokens per correct, keep share)."""
+    after = {}
+    for s, (acc, tokens, keep) in per_set.items():
+        after |= {f"eval/accuracy_{s}": acc, f"eval/generated_tokens_per_correct_{s}": tokens,
+                  f"eval/keep_share_{s}": keep, f"eval/update_share_{s}": 1 - keep, f"eval/answer_share_{s}": 0.0,
+                  f"eval/chunks_read_share_{s}": 1.0}
+    path = root / name
+    path.mkdir()
+    (path / "results.json").write_text(json.dumps({"before": {}, "after": after}))
+    return str(path)
+
+
+def test_the_target_holds_only_at_half_the_tokens_and_within_two_points(tmp_path: Path) -> None:
+    ungated = [_run(tmp_path, f"u{i}", {"1x": (1.0, 24.0, 0.0), "4x": (1.0, 84.0, 0.0), "16x": (0.9, 300.0, 0.0)})
+               for i in range(2)]
+    gated = [_run(tmp_path, "g0", {"1x": (1.0, 16.0, 0.6), "4x": (0.99, 40.0, 0.8), "16x": (0.85, 100.0, 0.9)}),
+             _run(tmp_path, "g1", {"1x": (1.0, 14.0, 0.6), "4x": (0.97, 44.0, 0.8), "16x": (0.87, 100.0, 0.9)})]
+    rows = {line.split(" | ")[0].strip("| "): line
+            for line in gates_compare.main(["--ungated", *ungated, "--gated", *gated]).splitlines()
+            if line.startswith("| ") and "x |" in line[:8]}
+    assert rows["1x"].endswith("| 1.60x | 60 / 40 / 0 | missed |")  # 24 / 15: too few saved
+    assert "| 98.0 ± 1.4 |" in rows["4x"] and rows["4x"].endswith("| 2.00x | 80 / 20 / 0 | met |")
+    assert rows["16x"].endswith("| 3.00x | 90 / 10 / 0 | missed |")  # 4 points below the ungated 90
+
+
+def test_unfinished_runs_are_left_out_and_named_and_none_finished_is_an_error(tmp_path: Path, capsys) -> None:
+    ungated = _run(tmp_path, "u0", {"1x": (1.0, 24.0, 0.0)})
+    gated = _run(tmp_path, "g0", {"1x": (1.0, 12.0, 0.5)})
+    (tmp_path / "g1").mkdir()
+    table = gates_compare.main(["--ungated", ungated, "--gated", gated, str(tmp_path / "g1"),
+                                "--markdown", str(tmp_path / "table.md")])
+    assert "Seeds: 1 ungated, 1 gated" in table and (tmp_path / "table.md").read_text() == table + "\n"
+    assert f"left out (no results.json yet): {tmp_path / 'g1'}" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        gates_compare.cli(["--ungated", ungated, "--gated", str(tmp_path / "g1")])
+    assert stop.value.code == 2 and "no finished run" in capsys.readouterr().err
+
+
+def test_a_results_file_without_heldout_accuracy_is_refused_naming_it(tmp_path: Path) -> None:
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "results.json").write_text(json.dumps({"before": {}, "after": {}}))
+    with pytest.raises(ValueError, match=f"{bad / 'results.json'}: .*no eval/accuracy_"):
+        gates_compare.read_results(bad)
