@@ -1,8 +1,9 @@
-"""Named presets: `tiny` (the embedded demo: what `python train.py` runs without a model path), `smoke` (tests,
-seconds), `qwen2.5-7b` (paper scale, DAPO recipe: the schema defaults plus the model and data files),
-`memagent-release` (paper scale, MemAgent's released recipe), `smollm2` / `smollm2-release` (SmolLM2-135M on a
-CPU under each of the two loss recipes), `smollm2-mix` (SmolLM2-135M on a mix of four tasks) and `smollm2-mix-gates` (the
-same with gated memory, docs/gates.md).
+"""Named presets: `tiny` (the embedded demo: what `python train.py` runs without a model path), `tiny-gates` and
+`tiny-4chunks` (the demo with gated memory and its ungated twin, docs/gates.md), `smoke` (tests, seconds),
+`qwen2.5-7b` (paper scale, DAPO recipe: the schema defaults plus the model and data files), `memagent-release` (paper
+scale, MemAgent's released recipe), `smollm2` / `smollm2-release` (SmolLM2-135M on a CPU under each of the two loss
+recipes), `smollm2-mix` (SmolLM2-135M on a mix of four tasks) and `smollm2-mix-gates` / `smollm2-mix-gates-cost`
+(the same with gated memory, docs/gates.md).
 
 A preset is a nested dict of overrides on the dataclass defaults, so `--config FILE` and command-line flags apply on
 top of it with the same rules. The defaults are MemAgent's 7B run (run_memory_7B.sh) except where DAPO is our
