@@ -41,8 +41,8 @@ demo-gates: $(STAMP)
 		$(DEMO_GATES_SEED) --run.output-dir runs/tiny-4chunks-seed$(SEED)
 	test -f runs/tiny-gates-seed$(SEED)/results.json || $(BIN)/python train.py --preset tiny-gates \
 		$(DEMO_GATES_SEED) --run.output-dir runs/tiny-gates-seed$(SEED)
-	$(BIN)/python -m memagent.demo.gates_compare --ungated runs/tiny-4chunks-seed* --gated runs/tiny-gates-seed* \
-		--markdown runs/demo-gates.md
+	$(BIN)/python -m memagent.evaluation.demo_gates --ungated runs/tiny-4chunks-seed* --gated runs/tiny-gates-seed* \
+		--markdown runs/demo-gates.md $$($(BIN)/python -c "import matplotlib" 2>/dev/null && echo --figure docs/figures/tiny_gates.png)
 
 # Single-process tests first, then the small multi-process group (torchrun / DeepSpeed on gloo).
 # pytest exits 5 when a group has no tests; that is not a failure.

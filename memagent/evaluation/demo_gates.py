@@ -1,11 +1,12 @@
 """The gated demo against its ungated twin (docs/gates.md, "The demo"): held-out accuracy, reading and generated tokens
 per correct answer after RL, over seeds, read from the runs' results.json, and issue 25's target in small.
 
-    python -m memagent.demo.gates_compare --ungated runs/tiny-4chunks-seed* --gated runs/tiny-gates-seed* \\
-        [--markdown FILE]
+    python -m memagent.evaluation.demo_gates --ungated runs/tiny-4chunks-seed* --gated runs/tiny-gates-seed* \\
+        [--markdown FILE] [--figure docs/figures/tiny_gates.png]
 
 `make demo-gates SEED=N` trains one seed of both (presets `tiny-4chunks` and `tiny-gates`) and then runs this. A run
-directory without results.json (not finished) is left out and named. The target, per held-out set: on the seeds'
+directory without results.json (not finished) is left out and named. The figure (needs matplotlib) puts generated
+tokens per correct answer against accuracy, one point per model and held-out length, an arrow from ungated to gated. The target, per held-out set: on the seeds'
 means, at least 2x fewer generated tokens per correct answer at an accuracy at most 2 points below the ungated
 model's, or better.
 """
@@ -17,6 +18,8 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+from memagent.evaluation.plot import pyplot, save_figure
 
 TOKEN_RATIO_TARGET = 2.0
 """Issue 25: the gated model generates at least this many times fewer tokens per correct answer..."""
@@ -64,9 +67,7 @@ def comparison_markdown(ungated: list[dict[str, float]], gated: list[dict[str, f
              "| held-out set | accuracy, ungated (%) | accuracy, gated (%) | chunks read, gated (%) | generated tokens "
              "per correct, ungated | gated | fewer tokens | KEEP / UPDATE / ANSWER, gated (%) | target |",
              "|---|---|---|---|---|---|---|---|---|"]
-    names = sorted({k.removeprefix("eval/accuracy_") for run in ungated + gated for k in run
-                    if k.startswith("eval/accuracy_")}, key=lambda n: (len(n), n))
-    for name in names:
+    for name in held_out_sets(ungated + gated):
         acc_u, acc_g = (_spread(runs, f"eval/accuracy_{name}", 100) for runs in (ungated, gated))
         tok_u, tok_g = (_spread(runs, f"eval/generated_tokens_per_correct_{name}") for runs in (ungated, gated))
         ratio = tok_u[0] / tok_g[0] if tok_u and tok_g and tok_g[0] > 0 else None
@@ -83,11 +84,42 @@ def comparison_markdown(ungated: list[dict[str, float]], gated: list[dict[str, f
     return "\n".join(lines)
 
 
+def held_out_sets(runs: list[dict[str, float]]) -> list[str]:
+    """The held-out set names ("1x", "4x", ...) of the runs, shortest documents first."""
+    return sorted({k.removeprefix("eval/accuracy_") for run in runs for k in run if k.startswith("eval/accuracy_")},
+                  key=lambda n: (len(n), n))
+
+
+def draw_figure(ungated: list[dict[str, float]], gated: list[dict[str, float]], out: str | Path) -> Path:
+    """PNG: the seeds' mean generated tokens per correct answer (log) against mean accuracy, one point per model and
+    held-out set, an arrow from ungated to gated."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(4.8, 3.8))
+    colors = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple")
+    for name, color in zip(held_out_sets(ungated + gated), colors):
+        points = {}
+        for model, runs, marker in (("ungated", ungated, "o"), ("gated", gated, "^")):
+            acc, tokens = _spread(runs, f"eval/accuracy_{name}", 100), _spread(runs, f"eval/generated_tokens_per_correct_{name}")
+            if acc is not None and tokens is not None:
+                points[model] = (acc[0], tokens[0])
+                ax.plot(*points[model], marker, color=color, label=f"{model} {name}")
+        if len(points) == 2:
+            ax.annotate("", xy=points["gated"], xytext=points["ungated"],
+                        arrowprops={"arrowstyle": "->", "color": color, "alpha": 0.6})
+    ax.set(yscale="log", xlim=(-3, 103), xlabel="held-out accuracy (%)", ylabel="generated tokens per correct answer",
+           title=f"gated demo vs ungated twin ({len(gated)} / {len(ungated)} seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return save_figure(fig, out)
+
+
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(prog="python -m memagent.demo.gates_compare", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m memagent.evaluation.demo_gates", description=__doc__.splitlines()[0])
     parser.add_argument("--ungated", nargs="+", required=True, help="run directories of the ungated twin (tiny-4chunks)")
     parser.add_argument("--gated", nargs="+", required=True, help="run directories of the gated runs (tiny-gates)")
     parser.add_argument("--markdown", default="", help="also write the table to this file")
+    parser.add_argument("--figure", default="", help="also draw tokens per correct answer against accuracy (a PNG)")
     args = parser.parse_args(argv)
     (ungated, missing_u), (gated, missing_g) = finished_runs(args.ungated), finished_runs(args.gated)
     for run_dir in missing_u + missing_g:
@@ -98,6 +130,8 @@ def main(argv: list[str] | None = None) -> str:
     if args.markdown:
         Path(args.markdown).write_text(table + "\n")
     print(table)
+    if args.figure:
+        print(f"wrote {draw_figure(ungated, gated, args.figure)}", file=sys.stderr)
     return table
 
 
@@ -105,7 +139,7 @@ def cli(argv: list[str] | None = None) -> None:
     """main() with a user error as one line `error: ...` and exit status 2."""
     try:
         main(argv)
-    except ValueError as err:
+    except (ValueError, RuntimeError) as err:  # RuntimeError: --figure without matplotlib
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
 

@@ -1,4 +1,4 @@
-"""The gated demo's comparison (memagent.demo.gates_compare) on real results.json files written like train.py's."""
+"""The gated demo's comparison (memagent.evaluation.demo_gates) on real results.json files written like train.py's."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memagent.demo import gates_compare
+from memagent.evaluation import demo_gates
 
 
 def _run(root: Path, name: str, per_set: dict[str, tuple[float, float, float]]) -> str:
@@ -29,7 +29,7 @@ def test_the_target_holds_only_at_half_the_tokens_and_within_two_points(tmp_path
     gated = [_run(tmp_path, "g0", {"1x": (1.0, 16.0, 0.6), "4x": (0.99, 40.0, 0.8), "16x": (0.85, 100.0, 0.9)}),
              _run(tmp_path, "g1", {"1x": (1.0, 14.0, 0.6), "4x": (0.97, 44.0, 0.8), "16x": (0.87, 100.0, 0.9)})]
     rows = {line.split(" | ")[0].strip("| "): line
-            for line in gates_compare.main(["--ungated", *ungated, "--gated", *gated]).splitlines()
+            for line in demo_gates.main(["--ungated", *ungated, "--gated", *gated]).splitlines()
             if line.startswith("| ") and "x |" in line[:8]}
     assert rows["1x"].endswith("| 1.60x | 60 / 40 / 0 | missed |")  # 24 / 15: too few saved
     assert "| 98.0 ± 1.4 |" in rows["4x"] and rows["4x"].endswith("| 2.00x | 80 / 20 / 0 | met |")
@@ -40,12 +40,12 @@ def test_unfinished_runs_are_left_out_and_named_and_none_finished_is_an_error(tm
     ungated = _run(tmp_path, "u0", {"1x": (1.0, 24.0, 0.0)})
     gated = _run(tmp_path, "g0", {"1x": (1.0, 12.0, 0.5)})
     (tmp_path / "g1").mkdir()
-    table = gates_compare.main(["--ungated", ungated, "--gated", gated, str(tmp_path / "g1"),
+    table = demo_gates.main(["--ungated", ungated, "--gated", gated, str(tmp_path / "g1"),
                                 "--markdown", str(tmp_path / "table.md")])
     assert "Seeds: 1 ungated, 1 gated" in table and (tmp_path / "table.md").read_text() == table + "\n"
     assert f"left out (no results.json yet): {tmp_path / 'g1'}" in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:
-        gates_compare.cli(["--ungated", ungated, "--gated", str(tmp_path / "g1")])
+        demo_gates.cli(["--ungated", ungated, "--gated", str(tmp_path / "g1")])
     assert stop.value.code == 2 and "no finished run" in capsys.readouterr().err
 
 
@@ -54,4 +54,30 @@ def test_a_results_file_without_heldout_accuracy_is_refused_naming_it(tmp_path: 
     bad.mkdir()
     (bad / "results.json").write_text(json.dumps({"before": {}, "after": {}}))
     with pytest.raises(ValueError, match=f"{bad / 'results.json'}: .*no eval/accuracy_"):
-        gates_compare.read_results(bad)
+        demo_gates.read_results(bad)
+
+
+
+def _figure_argv(tmp_path: Path, out: Path) -> list[str]:
+    ungated = _run(tmp_path, "u0", {"1x": (1.0, 24.0, 0.0), "4x": (1.0, 84.0, 0.0)})
+    gated = _run(tmp_path, "g0", {"1x": (1.0, 15.0, 0.6), "4x": (1.0, 36.0, 0.8)})
+    return ["--ungated", ungated, "--gated", gated, "--figure", str(out)]
+
+
+def test_a_figure_without_matplotlib_is_refused_in_one_line(tmp_path: Path, capsys, monkeypatch) -> None:
+    def missing():
+        raise RuntimeError("plotting needs matplotlib: pip install matplotlib (or .[plot])")
+
+    monkeypatch.setattr(demo_gates, "pyplot", missing)
+    out = tmp_path / "tiny_gates.png"
+    with pytest.raises(SystemExit) as stop:
+        demo_gates.cli(_figure_argv(tmp_path, out))
+    assert stop.value.code == 2 and "error: plotting needs matplotlib" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_the_figure_is_a_png_of_both_models_at_every_length(tmp_path: Path, capsys) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "fig" / "tiny_gates.png"
+    demo_gates.cli(_figure_argv(tmp_path, out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and f"wrote {out}" in capsys.readouterr().err
