@@ -15,6 +15,9 @@ fresh questions only (never in the RL or held-out sets):
    imitation forgets, so keeping the memory across overwrites, MemAgent's skill, is what RL adds. With the exact
    oracle the warm start's held-out accuracy at 2 chunks ranged from 47% to 98% over 5 seeds: whether the tiny
    model already kept the memory was a matter of the seed, leaving RL 2 to 53 points.
+   In a gated workflow (docs/gates.md, "The demo") the teacher also writes a decision before each memory
+   (demo.teacher_decisions, demo.teacher_informed); compact pretraining stays ungated, since its prompt offers no
+   decision words.
 
 Every rank runs the same warm start from the same seed on the unwrapped model before the RL learner wraps it,
 so the ranks start RL from identical weights without communication.
