@@ -9,7 +9,9 @@ counts), KL on, three times in one launch:
 
 The RL lr is so small that the update cannot move a weight, so each step-1 checkpoint must equal OUT/*/warm_start
 (the test compares them), and the KL reference is the warm-started model, so the step's KL is 0. The reward is
-test_train.py's stand-in (the answer's length parity), so groups have a reward spread and the update a gradient.
+test_train.py's stand-in (the answer's length parity), so groups have a reward spread and the update a gradient;
+overlong shaping is off, since its penalty can cancel that spread exactly (a full-length right answer, 1 - 1, ties a
+short wrong one, 0 + 0: it did, and the step had no gradient).
 
 usage: accelerate launch ... tests/train/dist_train.py OUT TINY_MODEL_DIR
 """
@@ -31,7 +33,8 @@ SMALL = ["--demo.pretrain-steps", "3", "--demo.pretrain-batch", "4", "--demo.ste
          "--demo.batch-questions", "2", "--demo.chunks", "2", "--rollout.batch-size", "2",
          "--rollout.group-size", "2", "--rollout.dynamic-sampling", "false", "--data.num-train", "8",
          "--data.num-eval", "2", "--data.eval-chunk-factors", "1", "--optim.lr", "1e-30", "--optim.mini-batches", "1",
-         "--optim.micro-batch-tokens", "1200", "--loss.kl-coef", "0.01", "--run.steps", "1", "--run.progress", "false"]
+         "--optim.micro-batch-tokens", "1200", "--loss.kl-coef", "0.01", "--run.steps", "1", "--run.progress", "false",
+         "--rollout.overlong-shaping", "false"]
 PARTITIONED = {"stage3_param_persistence_threshold": 0, "stage3_model_persistence_threshold": 0,
                "stage3_max_live_parameters": 1000, "stage3_prefetch_bucket_size": 1000}
 
