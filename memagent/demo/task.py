@@ -178,28 +178,26 @@ class OracleLLM:
         if len(decisions) != 3 or min(decisions) < 0 or decisions[1] <= 0:
             raise ValueError(f"OracleLLM: decisions={decisions} must be three chances (KEEP, UPDATE, ANSWER) >= 0, "
                              "UPDATE > 0")
+        if not 0.0 <= informed <= 1.0:
+            raise ValueError(f"OracleLLM: informed={informed} must be in [0, 1]")
         self.tokenizer = tokenizer
         self.eos = stop_token_ids(tokenizer)[0]
         self.keep_probability = keep_probability
-        if not 0.0 <= informed <= 1.0:
-            raise ValueError(f"OracleLLM: informed={informed} must be in [0, 1]")
         self.decisions = dict(zip((KEEP, UPDATE, ANSWER_NOW), decisions))
         self.informed = informed
         self.rng = random.Random(seed)
 
-    def _decide(self, content: str) -> str | None:
+    def _decide(self, content: str, request: _Request) -> str | None:
         """The gate word for a gated memory-update request (class docstring); None for any other request."""
         offered = [word for word in (KEEP, UPDATE, ANSWER_NOW) if GATE_CHOICES[word] in content]
         if not offered:
             return None
         if self.informed and self.rng.random() < self.informed:
-            request = _read_request(content)
             rule = (ANSWER_NOW, KEEP) if request.in_memory else (UPDATE,) if request.in_section else (KEEP,)
             return next((word for word in rule if word in offered), UPDATE)
         return self.rng.choices(offered, weights=[self.decisions[word] for word in offered])[0]
 
-    def _answer(self, content: str) -> str:
-        request = _read_request(content)
+    def _answer(self, request: _Request) -> str:
         in_memory = request.in_memory
         if not request.has_section:  # the final answer, from the memory alone
             return f"\\boxed{{{in_memory.group(1) if in_memory else 'unknown'}}}"
@@ -213,8 +211,9 @@ class OracleLLM:
         out = []
         for request in requests:
             content = request.messages[-1]["content"]
-            decision = self._decide(content)
-            text = self._answer(content)
+            read = _read_request(content)
+            decision = self._decide(content, read)
+            text = self._answer(read)
             if decision is not None:
                 text = f"{UPDATE}\n{text}" if decision == UPDATE else decision
             prompt = self.tokenizer.apply_chat_template(list(request.messages), add_generation_prompt=True,

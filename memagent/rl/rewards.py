@@ -60,15 +60,13 @@ def score_trajectories(
         lengths = torch.tensor([t.answer_tokens for t in trajectories], dtype=torch.float64)  # [N]
         penalty = overlong_penalty(lengths, max_len=answer_budget, cache_len=overlong_cache_tokens,
                                    factor=overlong_factor).tolist()
-    reading = [0.0] * len(trajectories)
+    reading = writing = [0.0] * len(trajectories)
+    whole = torch.tensor([t.document_chunks for t in trajectories], dtype=torch.float64)  # [N]
     if read_cost and trajectories:
         read = torch.tensor([t.num_chunks for t in trajectories], dtype=torch.float64)  # [N]
-        whole = torch.tensor([t.document_chunks for t in trajectories], dtype=torch.float64)  # [N]
         reading = read_cost_penalty(read, whole, cost=read_cost).tolist()
-    writing = [0.0] * len(trajectories)
     if write_cost and trajectories:
         written = torch.tensor([t.memory_tokens_generated for t in trajectories], dtype=torch.float64)  # [N]
-        whole = torch.tensor([t.document_chunks for t in trajectories], dtype=torch.float64)  # [N]
         writing = write_cost_penalty(written, whole, memory_budget=memory_budget, cost=write_cost).tolist()
     for traj, c, p, r, w in zip(trajectories, correct, penalty, reading, writing):
         traj.reward = Reward(correct=c, overlong=p, read_cost=r, write_cost=w)

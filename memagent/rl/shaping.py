@@ -45,6 +45,32 @@ def overlong_penalty(lengths: Tensor, *, max_len: int, cache_len: int, factor: f
     return out.to(lengths.dtype if lengths.is_floating_point() else torch.get_default_dtype())
 
 
+def _share_cost(used: Tensor, most: Tensor, name: str, *, cost: float) -> Tensor:
+    """-cost x min(1, used / most) per trajectory, 0 where most is 0: the form both efficiency terms share.
+
+    Args:
+        used: [N] integer or float counts (>= 0); `name` names it in errors.
+        most: [N] float64, the most a trajectory could use (>= 0).
+        cost: >= 0, the penalty of using the most.
+    Returns:
+        [N] penalties in [-cost, 0], float (used's dtype if float, else the default float dtype).
+    """
+    if used.numel() and bool((used < 0).any()):
+        raise ValueError(f"{name}: expected non-negative counts, got a negative value")
+    if not cost >= 0:
+        raise ValueError(f"cost: expected >= 0, got {cost}")
+    spent = used.double()
+    share = torch.where(most > 0, (spent / most.clamp(min=1.0)).clamp(max=1.0), torch.zeros_like(spent))
+    out = -cost * share
+    return out.to(used.dtype if used.is_floating_point() else torch.get_default_dtype())
+
+
+def _check_pair(counts: Tensor, document_chunks: Tensor, name: str) -> None:
+    if counts.dim() != 1 or counts.shape != document_chunks.shape:
+        raise ValueError(f"{name} and document_chunks: expected two [N] tensors, got shapes "
+                         f"{tuple(counts.shape)} and {tuple(document_chunks.shape)}")
+
+
 def read_cost_penalty(chunks_read: Tensor, document_chunks: Tensor, *, cost: float) -> Tensor:
     """Efficiency term per trajectory, never positive: -cost x the share of the document's chunks it read.
 
@@ -55,20 +81,10 @@ def read_cost_penalty(chunks_read: Tensor, document_chunks: Tensor, *, cost: flo
     Returns:
         [N] penalties in [-cost, 0], float (chunks_read's dtype if float, else the default float dtype).
     """
-    if chunks_read.dim() != 1 or chunks_read.shape != document_chunks.shape:
-        raise ValueError(f"chunks_read and document_chunks: expected two [N] tensors, got shapes "
-                         f"{tuple(chunks_read.shape)} and {tuple(document_chunks.shape)}")
-    if chunks_read.numel() and bool((chunks_read < 0).any()):
-        raise ValueError("chunks_read: expected non-negative counts, got a negative value")
+    _check_pair(chunks_read, document_chunks, "chunks_read")
     if bool((chunks_read > document_chunks).any()):
         raise ValueError("chunks_read: a trajectory read more chunks than its document_chunks")
-    if not cost >= 0:
-        raise ValueError(f"cost: expected >= 0, got {cost}")
-    read, whole = chunks_read.double(), document_chunks.double()
-    share = torch.where(whole > 0, read / whole.clamp(min=1.0), torch.zeros_like(read))
-    out = -cost * share
-    return out.to(chunks_read.dtype if chunks_read.is_floating_point() else torch.get_default_dtype())
-
+    return _share_cost(chunks_read, document_chunks.double(), "chunks_read", cost=cost)
 
 
 def write_cost_penalty(memory_tokens: Tensor, document_chunks: Tensor, *, memory_budget: int, cost: float) -> Tensor:
@@ -88,19 +104,11 @@ def write_cost_penalty(memory_tokens: Tensor, document_chunks: Tensor, *, memory
     Returns:
         [N] penalties in [-cost, 0], float (memory_tokens' dtype if float, else the default float dtype).
     """
-    if memory_tokens.dim() != 1 or memory_tokens.shape != document_chunks.shape:
-        raise ValueError(f"memory_tokens and document_chunks: expected two [N] tensors, got shapes "
-                         f"{tuple(memory_tokens.shape)} and {tuple(document_chunks.shape)}")
-    if memory_tokens.numel() and bool((memory_tokens < 0).any()):
-        raise ValueError("memory_tokens: expected non-negative counts, got a negative value")
+    _check_pair(memory_tokens, document_chunks, "memory_tokens")
     if memory_budget < 1:
         raise ValueError(f"memory_budget: expected >= 1, got {memory_budget}")
-    if not cost >= 0:
-        raise ValueError(f"cost: expected >= 0, got {cost}")
-    written, most = memory_tokens.double(), document_chunks.double() * memory_budget
-    share = torch.where(most > 0, (written / most.clamp(min=1.0)).clamp(max=1.0), torch.zeros_like(written))
-    out = -cost * share
-    return out.to(memory_tokens.dtype if memory_tokens.is_floating_point() else torch.get_default_dtype())
+    return _share_cost(memory_tokens, document_chunks.double() * memory_budget, "memory_tokens", cost=cost)
+
 
 def keep_informative_groups(rewards: Tensor, group_ids: Tensor) -> Tensor:
     """Dynamic-sampling keep mask: True for every trajectory of a group whose rewards are not all equal.
