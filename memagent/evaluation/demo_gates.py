@@ -61,12 +61,14 @@ def _fmt(spread: tuple[float, float] | None, digits: int = 1) -> str:
 
 
 def comparison_markdown(ungated: list[dict[str, float]], gated: list[dict[str, float]]) -> str:
-    """One row per held-out set: accuracy, the gated model's chunks read, generated tokens per correct answer (mean ±
-    std over the seeds) and the ratio of the means, the gated KEEP / UPDATE / ANSWER shares, and the target."""
+    """One row per held-out set: accuracy, the gated model's chunks read, the mean wall time per question of both
+    ("—" for runs from before it was recorded), generated tokens per correct answer (mean ± std over the seeds) and
+    the ratio of the means, the gated KEEP / UPDATE / ANSWER shares, and the target."""
     lines = [f"Seeds: {len(ungated)} ungated, {len(gated)} gated (mean ± std).", "",
-             "| held-out set | accuracy, ungated (%) | accuracy, gated (%) | chunks read, gated (%) | generated tokens "
+             "| held-out set | accuracy, ungated (%) | accuracy, gated (%) | chunks read, gated (%) | seconds per question, "
+             "ungated / gated | generated tokens "
              "per correct, ungated | gated | fewer tokens | KEEP / UPDATE / ANSWER, gated (%) | target |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for name in held_out_sets(ungated + gated):
         acc_u, acc_g = (_spread(runs, f"eval/accuracy_{name}", 100) for runs in (ungated, gated))
         tok_u, tok_g = (_spread(runs, f"eval/generated_tokens_per_correct_{name}") for runs in (ungated, gated))
@@ -79,7 +81,9 @@ def comparison_markdown(ungated: list[dict[str, float]], gated: list[dict[str, f
             held = ratio >= TOKEN_RATIO_TARGET and acc_u[0] - acc_g[0] <= ACCURACY_TOLERANCE
             verdict = "met" if held else "missed"
         read = _spread(gated, f"eval/chunks_read_share_{name}", 100)
-        lines.append(f"| {name} | {_fmt(acc_u)} | {_fmt(acc_g)} | {_fmt(read, 0)} | {_fmt(tok_u)} | {_fmt(tok_g)} | "
+        wall = " / ".join(f"{s[0]:.3f}" if (s := _spread(runs, f"eval/seconds_per_question_{name}")) else "—"
+                          for runs in (ungated, gated))
+        lines.append(f"| {name} | {_fmt(acc_u)} | {_fmt(acc_g)} | {_fmt(read, 0)} | {wall} | {_fmt(tok_u)} | {_fmt(tok_g)} | "
                      f"{'—' if ratio is None else f'{ratio:.2f}x'} | {shares} | {verdict} |")
     return "\n".join(lines)
 

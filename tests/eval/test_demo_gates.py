@@ -10,13 +10,16 @@ import pytest
 from memagent.evaluation import demo_gates
 
 
-def _run(root: Path, name: str, per_set: dict[str, tuple[float, float, float]]) -> str:
-    """A finished run: per held-out set (accuracy, generated tokens per correct, keep share)."""
+def _run(root: Path, name: str, per_set: dict[str, tuple[float, float, float]], seconds: float | None = None) -> str:
+    """A finished run: per held-out set (accuracy, generated tokens per correct, keep share), and the wall time per
+    question on every set unless None (a run from before it was recorded)."""
     after = {}
     for s, (acc, tokens, keep) in per_set.items():
         after |= {f"eval/accuracy_{s}": acc, f"eval/generated_tokens_per_correct_{s}": tokens,
                   f"eval/keep_share_{s}": keep, f"eval/update_share_{s}": 1 - keep, f"eval/answer_share_{s}": 0.0,
                   f"eval/chunks_read_share_{s}": 1.0}
+        if seconds is not None:
+            after[f"eval/seconds_per_question_{s}"] = seconds
     path = root / name
     path.mkdir()
     (path / "results.json").write_text(json.dumps({"before": {}, "after": after}))
@@ -26,12 +29,13 @@ def _run(root: Path, name: str, per_set: dict[str, tuple[float, float, float]]) 
 def test_the_target_holds_only_at_half_the_tokens_and_within_two_points(tmp_path: Path) -> None:
     ungated = [_run(tmp_path, f"u{i}", {"1x": (1.0, 24.0, 0.0), "4x": (1.0, 84.0, 0.0), "16x": (0.9, 300.0, 0.0)})
                for i in range(2)]
-    gated = [_run(tmp_path, "g0", {"1x": (1.0, 16.0, 0.6), "4x": (0.99, 40.0, 0.8), "16x": (0.85, 100.0, 0.9)}),
-             _run(tmp_path, "g1", {"1x": (1.0, 14.0, 0.6), "4x": (0.97, 44.0, 0.8), "16x": (0.87, 100.0, 0.9)})]
+    gated = [_run(tmp_path, "g0", {"1x": (1.0, 16.0, 0.6), "4x": (0.99, 40.0, 0.8), "16x": (0.85, 100.0, 0.9)}, 0.01),
+             _run(tmp_path, "g1", {"1x": (1.0, 14.0, 0.6), "4x": (0.97, 44.0, 0.8), "16x": (0.87, 100.0, 0.9)}, 0.02)]
     rows = {line.split(" | ")[0].strip("| "): line
             for line in demo_gates.main(["--ungated", *ungated, "--gated", *gated]).splitlines()
             if line.startswith("| ") and "x |" in line[:8]}
     assert rows["1x"].endswith("| 1.60x | 60 / 40 / 0 | missed |")  # 24 / 15: too few saved
+    assert "| 100 ± 0 | — / 0.015 |" in rows["1x"]  # the ungated runs recorded no wall time; the gated ones' mean
     assert "| 98.0 ± 1.4 |" in rows["4x"] and rows["4x"].endswith("| 2.00x | 80 / 20 / 0 | met |")
     assert rows["16x"].endswith("| 3.00x | 90 / 10 / 0 | missed |")  # 4 points below the ungated 90
 
