@@ -37,8 +37,8 @@ class GatePositions:
 
     questions: int
     """Questions replayed."""
-    keep_on_needle: float
-    """Share of the needle chunks that were read and KEPT: the evidence dropped (the update gate's mistake)."""
+    needle_dropped: float
+    """Share of the needle chunks read whose decision was KEEP or ANSWER: the evidence never written."""
     update_off_needle: float
     """Share of the other chunks read that were rewritten (UPDATE or unparsed): writes with nothing new."""
     exits_before_needle: int
@@ -63,7 +63,7 @@ def gate_positions(decisions: list[list[str]], needle_chunks: list[int]) -> Gate
     others = [word for d, n in zip(decisions, needle_chunks) for i, word in enumerate(d) if i != n]
     return GatePositions(
         questions=len(decisions),
-        keep_on_needle=sum(d[n] == KEEP for d, n in needle_read) / len(needle_read) if needle_read else 0.0,
+        needle_dropped=sum(d[n] in (KEEP, ANSWER_NOW) for d, n in needle_read) / len(needle_read) if needle_read else 0.0,
         update_off_needle=sum(w in (UPDATE, UNPARSED) for w in others) / len(others) if others else 0.0,
         exits_before_needle=len(decisions) - len(needle_read),
         chunks_after_needle=(sum(len(d) - 1 - n for d, n in needle_read) / len(needle_read)) if needle_read else 0.0)
@@ -110,8 +110,8 @@ def main(argv: list[str] | None = None) -> GatePositions:
         correct = answer_score(cfg.rollout.verifier, t.answer, samples[t.sample_index]) > 0
         print(f"{gate_line(t.decisions, needle, t.document_chunks)}  {'right' if correct else 'wrong'}")
     positions = gate_positions([t.decisions for t in trajs], needles)
-    print(f"{args.model}, {args.set}, {positions.questions} questions: KEEP on the needle's chunk "
-          f"{100 * positions.keep_on_needle:.0f}%, UPDATE elsewhere {100 * positions.update_off_needle:.0f}%, "
+    print(f"{args.model}, {args.set}, {positions.questions} questions: needle's chunk not written (KEEP or ANSWER "
+          f"there) {100 * positions.needle_dropped:.0f}%, UPDATE elsewhere {100 * positions.update_off_needle:.0f}%, "
           f"exits before the needle {positions.exits_before_needle}, chunks read after it "
           f"{positions.chunks_after_needle:.2f}")
     return positions

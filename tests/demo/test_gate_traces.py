@@ -25,18 +25,19 @@ def test_a_gate_line_has_one_letter_per_chunk_and_brackets_the_needle() -> None:
     assert gate_line([U, UNPARSED], needle_chunk=3, document_chunks=4) == "U?.[.]"  # the needle never read
 
 
-def test_positions_count_kept_needles_wasted_writes_and_exits_against_the_needle() -> None:
+def test_positions_count_dropped_needles_wasted_writes_and_exits_against_the_needle() -> None:
     decisions = [[K, K, U, A],    # needle 2 written, one chunk after it
-                 [K, K, K, K],    # needle 1 kept: evidence dropped, three chunks after it
+                 [K, K, K, K],    # needle 1 kept: evidence dropped, two chunks after it
                  [K, A],          # stopped at chunk 1, needle at 3: never read
-                 [U, U, U]]       # needle 0 written; two rewrites with nothing new
-    got = gate_positions(decisions, needle_chunks=[2, 1, 3, 0])
-    # Needle chunks read: 3 (questions 0, 1, 3), one of them KEPT. Other chunks read: 3 + 3 + 2 + 2 = 10, of which
-    # UPDATE: question 3's chunks 1 and 2.
-    assert got.questions == 4 and got.exits_before_needle == 1
-    assert got.keep_on_needle == pytest.approx(1 / 3)
-    assert got.update_off_needle == pytest.approx(2 / 10)
-    assert got.chunks_after_needle == pytest.approx((1 + 2 + 2) / 3)
+                 [U, U, U],       # needle 0 written; two rewrites with nothing new
+                 [K, A]]          # answered on the needle's chunk 1 itself: evidence dropped, none after it
+    got = gate_positions(decisions, needle_chunks=[2, 1, 3, 0, 1])
+    # Needle chunks read: 4 (questions 0, 1, 3, 4), two of them not written. Other chunks read: 3 + 3 + 2 + 2 + 1 =
+    # 11, of which UPDATE: question 3's chunks 1 and 2.
+    assert got.questions == 5 and got.exits_before_needle == 1
+    assert got.needle_dropped == pytest.approx(2 / 4)
+    assert got.update_off_needle == pytest.approx(2 / 11)
+    assert got.chunks_after_needle == pytest.approx((1 + 2 + 2 + 0) / 4)
 
 
 def test_mismatched_or_empty_inputs_are_refused() -> None:
@@ -70,7 +71,7 @@ def test_a_run_is_replayed_on_its_own_heldout_set_one_line_per_question(gated_ru
         assert verdict in ("right", "wrong")
         assert len(letters) == 8 + 2 and letters.count("[") == 1  # 2x of 4 training chunks, the needle bracketed
         assert set(letters) <= set("KUA?.[]")
-    assert lines[3].startswith("final, 2x, 5 questions: KEEP on the needle's chunk ")
+    assert lines[3].startswith("final, 2x, 5 questions: needle's chunk not written (KEEP or ANSWER there) ")
 
 
 @pytest.mark.parametrize("argv, message", [
