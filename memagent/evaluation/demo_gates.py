@@ -40,9 +40,10 @@ def read_results(run_dir: str | Path) -> dict[str, float]:
 
 
 def finished_runs(run_dirs: list[str]) -> tuple[list[dict[str, float]], list[str]]:
-    """The results of the runs that finished, and the directories left out because they have not."""
+    """The results of the runs that finished, and the directories left out because they have not. Paths that are
+    not directories (a shell glob like runs/tiny-gates-seed* also matches runs/tiny-gates-seed0.log) are skipped."""
     done = [d for d in run_dirs if (Path(d) / "results.json").is_file()]
-    return [read_results(d) for d in done], [d for d in run_dirs if d not in done]
+    return [read_results(d) for d in done], [d for d in run_dirs if d not in done and not Path(d).is_file()]
 
 
 def _spread(runs: list[dict[str, float]], key: str, scale: float = 1.0) -> tuple[float, float] | None:

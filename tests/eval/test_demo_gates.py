@@ -44,10 +44,12 @@ def test_unfinished_runs_are_left_out_and_named_and_none_finished_is_an_error(tm
     ungated = _run(tmp_path, "u0", {"1x": (1.0, 24.0, 0.0)})
     gated = _run(tmp_path, "g0", {"1x": (1.0, 12.0, 0.5)})
     (tmp_path / "g1").mkdir()
-    table = demo_gates.main(["--ungated", ungated, "--gated", gated, str(tmp_path / "g1"),
-                                "--markdown", str(tmp_path / "table.md")])
+    (tmp_path / "g0.log").write_text("a run's log, matched by the same glob as the run directories\n")
+    table = demo_gates.main(["--ungated", ungated, "--gated", gated, str(tmp_path / "g1"), str(tmp_path / "g0.log"),
+                             "--markdown", str(tmp_path / "table.md")])
     assert "Seeds: 1 ungated, 1 gated" in table and (tmp_path / "table.md").read_text() == table + "\n"
-    assert f"left out (no results.json yet): {tmp_path / 'g1'}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"left out (no results.json yet): {tmp_path / 'g1'}" in err and "g0.log" not in err
     with pytest.raises(SystemExit) as stop:
         demo_gates.cli(["--ungated", ungated, "--gated", str(tmp_path / "g1")])
     assert stop.value.code == 2 and "no finished run" in capsys.readouterr().err
