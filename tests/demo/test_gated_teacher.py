@@ -1,8 +1,9 @@
 """The demo's teacher in a gated workflow (memagent.demo.task.OracleLLM with decisions; docs/gates.md, docs/demo.md).
 
-The teacher gates blindly: a decision drawn among the words on offer, whatever the chunk holds, its memory the
-oracle's (forgetful or not) after UPDATE. What the warm start learns from it is the grammar; when to keep, update or
-stop is left to RL.
+The teacher gates by the rule (ANSWER once the memory holds the needle, UPDATE on the needle's chunk, KEEP otherwise)
+on a share `informed` of its decisions and blindly on the rest (a word drawn among those on offer, whatever the chunk
+holds); after UPDATE its memory is the oracle's, forgetful or not. A blind teacher teaches the grammar alone and
+leaves when to keep, update or stop to RL; the `tiny-gates` preset's is right on 80% of its decisions.
 """
 
 from __future__ import annotations
