@@ -172,7 +172,8 @@ def task_accuracy(setup: TrainingSetup, kept: KeptGroups) -> dict[str, float]:
 def evaluate(setup: TrainingSetup) -> dict[str, float]:
     """Held-out accuracy (the training verifier) at every evaluation length, and what the answers cost:
     `eval/{metric}_{set}` for the metrics of memagent.training.heldout.heldout_metrics (accuracy, chunks read,
-    generated tokens per correct answer, gate decisions)."""
+    generated tokens per correct answer, gate decisions), and its wall time as `perf/eval_seconds_per_question_{set}`
+    (perf/, like every timing: not reproducible, so a resumed run's records equal the uninterrupted run's without it)."""
     e, r, learner = setup.cfg.eval, setup.cfg.rollout, setup.learner
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p)
     out: dict[str, float] = {}
@@ -183,7 +184,8 @@ def evaluate(setup: TrainingSetup) -> dict[str, float]:
                 world_size=learner.world_size, all_reduce_sum=learner.all_reduce_sum, generator=setup.generator,
                 max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
                 kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30, verifier=r.verifier)
-            out |= {f"eval/{metric}_{name}": value for metric, value in metrics.items()}
+            out |= {f"perf/eval_{metric}_{name}" if metric == "seconds_per_question" else f"eval/{metric}_{name}": value
+                    for metric, value in metrics.items()}
     return out
 
 

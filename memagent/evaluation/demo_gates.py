@@ -82,7 +82,7 @@ def comparison_markdown(ungated: list[dict[str, float]], gated: list[dict[str, f
             held = ratio >= TOKEN_RATIO_TARGET and acc_u[0] - acc_g[0] <= ACCURACY_TOLERANCE
             verdict = "met" if held else "missed"
         read = _spread(gated, f"eval/chunks_read_share_{name}", 100)
-        wall = " / ".join(f"{s[0]:.3f}" if (s := _spread(runs, f"eval/seconds_per_question_{name}")) else "—"
+        wall = " / ".join(f"{s[0]:.3f}" if (s := _spread(runs, f"perf/eval_seconds_per_question_{name}")) else "—"
                           for runs in (ungated, gated))
         lines.append(f"| {name} | {_fmt(acc_u)} | {_fmt(acc_g)} | {_fmt(read, 0)} | {wall} | {_fmt(tok_u)} | {_fmt(tok_g)} | "
                      f"{'—' if ratio is None else f'{ratio:.2f}x'} | {shares} | {verdict} |")

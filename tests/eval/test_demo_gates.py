@@ -19,7 +19,7 @@ def _run(root: Path, name: str, per_set: dict[str, tuple[float, float, float]], 
                   f"eval/keep_share_{s}": keep, f"eval/update_share_{s}": 1 - keep, f"eval/answer_share_{s}": 0.0,
                   f"eval/chunks_read_share_{s}": 1.0}
         if seconds is not None:
-            after[f"eval/seconds_per_question_{s}"] = seconds
+            after[f"perf/eval_seconds_per_question_{s}"] = seconds
     path = root / name
     path.mkdir()
     (path / "results.json").write_text(json.dumps({"before": {}, "after": after}))
