@@ -34,7 +34,8 @@ demo: $(STAMP)
 
 # Gated memory on the demo (docs/gates.md, "The demo"): for seed SEED, the ungated twin (preset tiny-4chunks) and the
 # gated run (tiny-gates) from the same tiny model, then the comparison over every seed trained so far: accuracy,
-# chunks read and generated tokens per correct answer after RL (runs/demo-gates.md). Each run is skipped once done.
+# chunks read, wall seconds and generated tokens per correct answer after RL (runs/demo-gates.md), and the figure
+# docs/figures/tiny_gates.png where matplotlib is installed. Each run is skipped once done.
 DEMO_GATES_SEED = --run.seed $(SEED) --data.seed $(SEED) --demo.model-dir runs/tiny-seed$(SEED)/model
 demo-gates: $(STAMP)
 	test -f runs/tiny-4chunks-seed$(SEED)/results.json || $(BIN)/python train.py --preset tiny-4chunks \
