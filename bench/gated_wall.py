@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from memagent.config import load_config  # noqa: E402
+from memagent.demo.gate_traces import model_dir  # noqa: E402
 from memagent.demo.stage import DemoStage  # noqa: E402
 from memagent.model import load_model, load_tokenizer  # noqa: E402
 from memagent.rollout.sampling import SamplingParams  # noqa: E402
@@ -45,10 +46,10 @@ class Timing:
 def time_run(run_dir: Path, set_name: str, questions: int, batch: int, repeats: int) -> Timing:
     """Best-of-`repeats` held-out timing of the run's latest checkpoint on the first `questions` of `set_name`."""
     cfg = load_config(["--config", str(run_dir / "config.json")])
-    model_dir = sorted((run_dir / "checkpoints").glob("step_*/model"))[-1]
-    tokenizer = load_tokenizer(model_dir)
+    path = model_dir(run_dir, "final")
+    tokenizer = load_tokenizer(path)
     samples = DemoStage(cfg).data(tokenizer)[1][set_name][:questions]
-    model = load_model(model_dir, dtype=torch.float32, device="cpu")
+    model = load_model(path, dtype=torch.float32, device="cpu")
     best, metrics = float("inf"), {}
     for _ in range(repeats):
         start = time.perf_counter()

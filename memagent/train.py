@@ -172,20 +172,21 @@ def task_accuracy(setup: TrainingSetup, kept: KeptGroups) -> dict[str, float]:
 def evaluate(setup: TrainingSetup) -> dict[str, float]:
     """Held-out accuracy (the training verifier) at every evaluation length, and what the answers cost:
     `eval/{metric}_{set}` for the metrics of memagent.training.heldout.heldout_metrics (accuracy, chunks read,
-    generated tokens per correct answer, gate decisions), and its wall time as `perf/eval_seconds_per_question_{set}`
-    (perf/, like every timing: not reproducible, so a resumed run's records equal the uninterrupted run's without it)."""
+    generated tokens per correct answer, gate decisions), and the set's wall time over its questions as
+    `perf/eval_seconds_per_question_{set}` (perf/, like every timing: a resumed run reproduces everything else)."""
     e, r, learner = setup.cfg.eval, setup.cfg.rollout, setup.learner
     params = SamplingParams(temperature=e.temperature, top_p=e.top_p)
     out: dict[str, float] = {}
     with learner.generation() as model, autocast(setup.device, setup.autocast_dtype):
         for name, samples in setup.heldout.items():
+            started = time.perf_counter()
             metrics = heldout_metrics(
                 model, setup.tokenizer, samples, setup.cfg.workflow, params, rank=learner.rank,
                 world_size=learner.world_size, all_reduce_sum=learner.all_reduce_sum, generator=setup.generator,
                 max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,
                 kv_cache_budget_bytes=r.kv_cache_budget_gb * 2**30, verifier=r.verifier)
-            out |= {f"perf/eval_{metric}_{name}" if metric == "seconds_per_question" else f"eval/{metric}_{name}": value
-                    for metric, value in metrics.items()}
+            out |= {f"eval/{metric}_{name}": value for metric, value in metrics.items()}
+            out[f"perf/eval_seconds_per_question_{name}"] = (time.perf_counter() - started) / max(len(samples), 1)
     return out
 
 

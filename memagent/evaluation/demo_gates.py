@@ -6,9 +6,9 @@ per correct answer after RL, over seeds, read from the runs' results.json, and i
 
 `make demo-gates SEED=N` trains one seed of both (presets `tiny-4chunks` and `tiny-gates`) and then runs this. A run
 directory without results.json (not finished) is left out and named. The figure (needs matplotlib) puts generated
-tokens per correct answer against accuracy, one point per model and held-out length, an arrow from ungated to gated. The target, per held-out set: on the seeds'
-means, at least 2x fewer generated tokens per correct answer at an accuracy at most 2 points below the ungated
-model's, or better.
+tokens per correct answer against accuracy, one point per model and held-out length, an arrow from ungated to gated.
+The target, per held-out set: on the seeds' means, at least 2x fewer generated tokens per correct answer at an
+accuracy at most 2 points below the ungated model's, or better.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def comparison_markdown(ungated: list[dict[str, float]], gated: list[dict[str, f
     the ratio of the means, the gated KEEP / UPDATE / ANSWER shares, and the target."""
     lines = [f"Seeds: {len(ungated)} ungated, {len(gated)} gated (mean ± std).", "",
              "| held-out set | accuracy, ungated (%) | accuracy, gated (%) | chunks read, gated (%) | seconds per question, "
-             "ungated / gated | generated tokens "
-             "per correct, ungated | gated | fewer tokens | KEEP / UPDATE / ANSWER, gated (%) | target |",
+             "ungated / gated | generated tokens per correct, ungated | gated | fewer tokens | "
+             "KEEP / UPDATE / ANSWER, gated (%) | target |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for name in held_out_sets(ungated + gated):
         acc_u, acc_g = (_spread(runs, f"eval/accuracy_{name}", 100) for runs in (ungated, gated))
@@ -84,8 +84,8 @@ def comparison_markdown(ungated: list[dict[str, float]], gated: list[dict[str, f
         read = _spread(gated, f"eval/chunks_read_share_{name}", 100)
         wall = " / ".join(f"{s[0]:.3f}" if (s := _spread(runs, f"perf/eval_seconds_per_question_{name}")) else "—"
                           for runs in (ungated, gated))
-        lines.append(f"| {name} | {_fmt(acc_u)} | {_fmt(acc_g)} | {_fmt(read, 0)} | {wall} | {_fmt(tok_u)} | {_fmt(tok_g)} | "
-                     f"{'—' if ratio is None else f'{ratio:.2f}x'} | {shares} | {verdict} |")
+        lines.append(f"| {name} | {_fmt(acc_u)} | {_fmt(acc_g)} | {_fmt(read, 0)} | {wall} | {_fmt(tok_u)} | "
+                     f"{_fmt(tok_g)} | {'—' if ratio is None else f'{ratio:.2f}x'} | {shares} | {verdict} |")
     return "\n".join(lines)
 
 

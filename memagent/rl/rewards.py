@@ -60,7 +60,7 @@ def score_trajectories(
         lengths = torch.tensor([t.answer_tokens for t in trajectories], dtype=torch.float64)  # [N]
         penalty = overlong_penalty(lengths, max_len=answer_budget, cache_len=overlong_cache_tokens,
                                    factor=overlong_factor).tolist()
-    reading = writing = [0.0] * len(trajectories)
+    reading, writing = [0.0] * len(trajectories), [0.0] * len(trajectories)
     whole = torch.tensor([t.document_chunks for t in trajectories], dtype=torch.float64)  # [N]
     if read_cost and trajectories:
         read = torch.tensor([t.num_chunks for t in trajectories], dtype=torch.float64)  # [N]

@@ -1,6 +1,5 @@
 """Held-out accuracy during training: the workflow's verifier accuracy on questions never trained on, and what the
-answers cost (chunks read, generated tokens per correct answer, gate decisions: memagent.training.gate_metrics) and
-the wall time it took per question.
+answers cost (chunks read, generated tokens per correct answer, gate decisions: memagent.training.gate_metrics).
 
 Each rank evaluates every W-th question; sums are over ranks. Evaluation has no chunk cap (WorkflowConfig.max_chunks
 None), so 4x-length documents are read in full, or up to where the exit gate stops reading.
@@ -9,7 +8,6 @@ None), so 4x-length documents are read in full, or up to where the exit gate sto
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable
 
 import torch
@@ -32,9 +30,7 @@ def heldout_metrics(
 ) -> dict[str, float]:
     """The held-out questions' mean verifier score under "accuracy" (one sample each, greedy by default), and their
     cost under gate_metrics' names without the "rollout/" and "gates/" prefixes ("chunks_read_share",
-    "generated_tokens_per_correct", "keep_share", ...; the decision shares only with gates), and
-    "seconds_per_question": rank-seconds of generation over questions, summed over ranks (questions are generated
-    `batch` at a time, so it is a batch's wall time shared among its questions). verifier: a name in
+    "generated_tokens_per_correct", "keep_share", ...; the decision shares only with gates). verifier: a name in
     memagent.rl.rewards.VERIFIER_NAMES (strict: the last boxed answer equals a gold).
 
     max_batch_rows, prefill_chunk_tokens and kv_cache_budget_bytes bound generation memory as in training rollouts (see LocalLLM).
@@ -44,18 +40,14 @@ def heldout_metrics(
     llm = LocalLLM(model, tokenizer, params=params, generator=generator, max_batch_rows=max_batch_rows,
                    prefill_chunk_tokens=prefill_chunk_tokens, kv_cache_budget_bytes=kv_cache_budget_bytes)
     scored = []
-    started = time.perf_counter()
     for start in range(0, len(mine), batch):
         part = mine[start : start + batch]
         for traj in run_memagent(part, llm, workflow, group_size=1, keep_prompt_ids=False):
             traj.reward = Reward(correct=answer_score(verifier, traj.answer, part[traj.sample_index]))
             scored.append(traj)
-    wall_s = time.perf_counter() - started
-    total = all_reduce_sum(torch.tensor([sum(t.reward.correct for t in scored), float(len(scored)), wall_s],
+    total = all_reduce_sum(torch.tensor([sum(t.reward.correct for t in scored), float(len(scored))],
                                         dtype=torch.float64))
     cost = gate_metrics(scored, all_reduce_sum)
-    questions = float(total[1])
-    return {"accuracy": float(total[0]) / questions if questions > 0 else 0.0,
-            "seconds_per_question": float(total[2]) / questions if questions > 0 else 0.0,
+    return {"accuracy": float(total[0] / total[1]) if total[1] > 0 else 0.0,
             **{key.split("/", 1)[1]: value for key, value in cost.items()}}
 

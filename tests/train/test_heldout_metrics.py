@@ -39,7 +39,6 @@ def test_heldout_cost_metrics_equal_a_plain_count_over_the_same_greedy_trajector
     assert got["generated_tokens_per_question"] == pytest.approx(generated / len(samples))
     assert got["chunks_read_share"] == pytest.approx(read / whole) and whole > len(samples)
     assert ("generated_tokens_per_correct" in got) == (sum(scores) > 0)
-    assert 0.0 < got["seconds_per_question"] < float("inf")
     decisions = [d for t in trajs for d in t.decisions]
     if gates == "none":
         assert "keep_share" not in got and got["chunks_read_share"] == 1.0

@@ -62,6 +62,15 @@ def test_two_step_smoke_run_changes_every_trainable_parameter(two_steps: Path, m
     assert (two_steps / "traces" / "step_000002.txt").read_text().count("memory after chunk") > 0
 
 
+def test_every_heldout_evaluation_logs_its_wall_time_per_question_under_perf(two_steps: Path) -> None:
+    evals = [r for r in records(two_steps) if any(k.startswith("eval/accuracy_") for k in r)]
+    assert [r["step"] for r in evals] == [0, 2]  # before and after RL
+    for r in evals:
+        sets = [k.removeprefix("eval/accuracy_") for k in r if k.startswith("eval/accuracy_")]
+        assert sets and all(0 < r[f"perf/eval_seconds_per_question_{s}"] < float("inf") for s in sets)
+        assert not any("seconds" in k for k in without_timing(r))
+
+
 def test_checkpoint_loads_with_transformers_alone(two_steps: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
