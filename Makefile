@@ -123,8 +123,8 @@ MIX_LONG := 8192 32768
 MIX_RUN = runs/smollm2-mix-seed$(SEED)
 MIX_RL = $(MIX_RUN)/checkpoints/step_000010/model
 # $(call mix_cell,MODEL,ROW,EXTRA FLAGS,TOKENS): one cell directory of one row (held-out tasks at the short lengths).
-# Long cells go in batches of 16 (the resume step: a stop loses the batch in flight, 12 minutes at 16x rather than
-# a 48-question task's 35; one thread prefills at the same rate either way); EXTRA FLAGS come last and win.
+# Long cells keep 16 questions in flight (a stop loses those: 12 minutes at 16x rather than a 48-question task's 35;
+# one thread prefills at the same rate either way); EXTRA FLAGS come last and win.
 mix_cell = (tasks="$(MIX_TRAIN_TASKS)"; batch=""; case " $(MIX_SHORT) " in *" $(4) "*) \
 		tasks="$$tasks $(MIX_HELDOUT_TASKS)";; *) batch="--batch-size 16";; esac; \
 	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(1) $(MIX_EVAL) $$batch $(3) --task $$tasks --lengths $(4) \

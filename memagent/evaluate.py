@@ -27,6 +27,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -74,7 +75,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                      help="none = MemAgent only; full-context = baseline only; both")
     run.add_argument("--window", type=int, default=None,
                      help="baseline context window in tokens (default: config max_position_embeddings)")
-    run.add_argument("--batch-size", type=int, default=16, help="samples generated together (and resume step)")
+    run.add_argument("--batch-size", type=int, default=16,
+                     help="samples in flight at once: MemAgent starts the next as one finishes; the baseline "
+                          "goes batch by batch")
     run.add_argument("--output-dir", default="runs/eval", help="traces.jsonl, results.json, plot")
     run.add_argument("--plot", action="store_true", help="also plot score and time vs length (needs matplotlib)")
     add_model_args(p)
@@ -154,18 +157,26 @@ def rollout_cost(t: Trajectory, gated: bool) -> dict[str, Any]:
             "generated_tokens": t.generated_tokens if counted else None}
 
 
-def run_memagent_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig) -> list[dict]:
-    start = time.perf_counter()
-    # A batch of long documents takes one round per chunk: a second bar over its conversations shows progress
-    # within the batch, where the outer bar only moves when the whole batch is done.
-    trajectories = run_memagent(batch, evaluated.llm, config, keep_prompt_ids=False, show_progress=True)
-    wall = (time.perf_counter() - start) / len(batch)
-    return [
-        record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=wall,
-               memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
-               doc_tokens=t.document_tokens, cost=rollout_cost(t, config.gated))
-        for sample, t in zip(batch, trajectories)
-    ]
+def run_memagent_set(es: EvalSet, pending: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig,
+                     in_flight: int, write: Callable[[dict[str, Any]], None]) -> None:
+    """MemAgent on `pending`, `in_flight` questions at a time, the next starting as one finishes (continuous
+    batching by rounds: memagent.rollout.scheduler); each sample's record goes to `write` as it finishes, so a stop
+    loses only the questions in flight. A record's wall_s is the time since the previous sample finished (or the
+    start): per question it is a share, not a latency, and a set's wall_s sum to its wall time."""
+    last = time.perf_counter()
+
+    def finished(t: Trajectory) -> None:
+        nonlocal last
+        now = time.perf_counter()
+        sample = pending[t.sample_index]
+        write(record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=now - last,
+                     memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
+                     doc_tokens=t.document_tokens, cost=rollout_cost(t, config.gated)))
+        last = now
+
+    # Long documents take one round per chunk: a second bar over the conversations shows progress between samples.
+    run_memagent(pending, evaluated.llm, config, keep_prompt_ids=False, show_progress=True, max_running=in_flight,
+                 on_trajectory=finished)
 
 
 def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig,
@@ -236,18 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     todo = sum(key not in traces.done for key in wanted)
     print(f"{len(wanted)} (sample, method) pairs, {len(wanted) - todo} already done in {traces.path}", flush=True)
     bar = progress_bar(todo, "evaluate")
+
+    def write(r: dict[str, Any]) -> None:
+        traces.append(r)  # fsync'ed per sample: a kill loses at most the samples in flight
+        bar.update(1)
+
     for es in sets:
         for method in methods:
             pending = [s for s in es.samples if (es.source, es.length, s.index, method) not in traces.done]
-            for i in range(0, len(pending), args.batch_size):
-                batch = pending[i : i + args.batch_size]
-                if method == MEMAGENT:
-                    records = run_memagent_batch(es, batch, evaluated, config)
-                else:
-                    records = run_baseline_batch(es, batch, evaluated, config, window)
-                for r in records:
-                    traces.append(r)  # fsync'ed per sample: a kill loses at most the batch in flight
-                bar.update(len(batch))
+            if method == MEMAGENT:
+                run_memagent_set(es, pending, evaluated, config, args.batch_size, write)
+            else:
+                for i in range(0, len(pending), args.batch_size):
+                    for r in run_baseline_batch(es, pending[i : i + args.batch_size], evaluated, config, window):
+                        write(r)
     bar.close()
 
     rows = aggregate(traces.done[key] for key in wanted)

@@ -1,18 +1,24 @@
 """Run many agents at once, batching their pending requests into one backend call per round.
 
-Round r: every agent still running has exactly one pending request (its r-th); all of them go to the backend
-in ONE `complete` call, and each completion is sent back to the agent that asked. An agent that returns leaves
-the rounds; the others go on. For MemAgent this means all trajectories at chunk k are generated together, and
-a trajectory with fewer chunks simply asks for its answer in an earlier round, inside the same batch as the
-others' memory updates (per-request max_new_tokens).
+Round r: every agent still running has exactly one pending request; all of them go to the backend in ONE
+`complete` call, and each completion is sent back to the agent that asked. An agent that returns leaves the rounds;
+the others go on. For MemAgent with every agent started at once (the default) this means all trajectories at chunk k
+are generated together, and a trajectory with fewer chunks simply asks for its answer in an earlier round, inside
+the same batch as the others' memory updates (per-request max_new_tokens).
+
+In-flight cap (`max_running`). With a cap, at most that many agents run at once and the rest wait in input order;
+when an agent returns, the next waiting one starts, and its first request joins the very next round. This is
+continuous batching at the granularity of rounds: an agent that is done early (a short document, an exit gate's
+ANSWER, docs/gates.md) hands its slot to a new question instead of leaving the batch to shrink until its slowest
+member is done. `agents` may then be a lazy iterable: an agent is created only when it starts.
 
 Requests go to the backend in input order of the agents, so with a deterministic backend (greedy decoding) the
-batched results equal running each agent alone, whatever the batch composition.
+batched results equal running each agent alone, whatever the batch composition or the cap.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from memagent.records import ChatRequest, Completion
@@ -34,23 +40,53 @@ def _advance(agent: Agent[R], completion: Completion | None) -> tuple[ChatReques
 
 
 def run_agents(
-    agents: Sequence[Agent[R]], llm: LLM, on_round: Callable[[int], None] | None = None
+    agents: Iterable[Agent[R]],
+    llm: LLM,
+    on_round: Callable[[int], None] | None = None,
+    *,
+    max_running: int | None = None,
+    on_result: Callable[[int, R], None] | None = None,
 ) -> list[R]:
     """Drive every agent to completion; return their results in input order.
 
-    agents: freshly created generators (not yet started). llm: the backend; it is called once per round with
-    the pending requests of all running agents, and must return one completion per request. on_round: called
-    after each round with its number of completions (progress reporting).
+    agents: freshly created generators (not yet started), or an iterable making them. llm: the backend; it is called
+    once per round with the pending requests of all running agents, and must return one completion per request.
+    on_round: called after each round with its number of completions (progress reporting). max_running: at most
+    this many agents in flight (None: all at once); a finished agent's slot goes to the next one in input order.
+    on_result: called with (input index, result) as each agent returns, in the order they finish (a caller writes
+    finished work as it comes, so a stop loses only the agents in flight).
     """
-    results: list[R | None] = [None] * len(agents)
+    if max_running is not None and max_running < 1:
+        raise ValueError(f"run_agents: max_running must be >= 1 or None, got {max_running}")
+    waiting = enumerate(agents)
+    started: list[Agent[R]] = []
+    results: list[R | None] = []
     pending: dict[int, ChatRequest] = {}
-    for i, agent in enumerate(agents):
-        request, results[i] = _advance(agent, None)
-        if request is not None:
-            pending[i] = request
 
+    def finish(i: int, result: R) -> None:
+        results[i] = result
+        if on_result is not None:
+            on_result(i, result)
+
+    def start_waiting() -> None:
+        """Start agents in input order until the cap is reached or none is left; one that returns at once (it asked
+        for nothing) finishes without taking a slot."""
+        while max_running is None or len(pending) < max_running:
+            try:
+                i, agent = next(waiting)
+            except StopIteration:
+                return
+            started.append(agent)
+            results.append(None)
+            request, result = _advance(agent, None)
+            if request is None:
+                finish(i, result)
+            else:
+                pending[i] = request
+
+    start_waiting()
     while pending:
-        order = list(pending)  # ascending agent index: dicts keep insertion order
+        order = list(pending)  # ascending agent index: agents start in input order and dicts keep insertion order
         completions = llm.complete([pending[i] for i in order])
         if len(completions) != len(order):
             raise ValueError(
@@ -60,7 +96,10 @@ def run_agents(
             on_round(len(completions))
         pending = {}
         for i, completion in zip(order, completions):
-            request, results[i] = _advance(agents[i], completion)
-            if request is not None:
+            request, result = _advance(started[i], completion)
+            if request is None:
+                finish(i, result)
+            else:
                 pending[i] = request
+        start_waiting()
     return results  # type: ignore[return-value]  # every slot was filled when its agent returned

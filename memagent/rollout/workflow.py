@@ -27,7 +27,9 @@ request carries the decision texts as allowed prefixes, and the local engine sam
 
 Batching. `run_memagent` runs N questions x G samples as N*G agents under the scheduler, so the k-th memory
 updates of all trajectories are one generation batch; a shorter document asks for its answer earlier, in the
-same batch as the others' updates. Memory: each document is tokenized once into int32 ids shared by its G
+same batch as the others' updates. With `max_running` (evaluation), at most that many trajectories are in flight and
+a finished one's slot goes to the next question at once (continuous batching by rounds, memagent.rollout.scheduler),
+so early exits and short documents shorten the run instead of thinning its batches. Memory: each document is tokenized once into int32 ids shared by its G
 agents, and chunks are decoded one at a time. Each Conversation keeps its prompt ids, which together hold the
 document again (as Python ints); `keep_prompt_ids=False` drops them for evaluation of multi-million-token
 documents, leaving per chunk only the memory and its at most memory_tokens response ids.
@@ -35,7 +37,7 @@ documents, leaving per chunk only the memory and its at most memory_tokens respo
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
@@ -157,6 +159,8 @@ def run_memagent(
     group_size: int = 1,
     keep_prompt_ids: bool = True,
     show_progress: bool = False,
+    max_running: int | None = None,
+    on_trajectory: Callable[[Trajectory], None] | None = None,
 ) -> list[Trajectory]:
     """Roll out every question group_size times; returns N * G trajectories, each question's G contiguous.
 
@@ -164,6 +168,8 @@ def run_memagent(
     group id of the advantage). A trajectory whose backend call failed has `error` set (the
     backend's message) and answer "", so the verifier scores it as wrong. The documents are chunked with `llm.tokenizer`.
     show_progress: a progress bar over the conversations (K memory updates + 1 answer per trajectory) on stderr.
+    max_running: at most this many trajectories in flight, the next starting as one finishes (run_agents; None:
+    all at once). on_trajectory: called with each trajectory as it finishes, in finishing order.
     """
     if group_size < 1:
         raise ValueError(f"run_memagent: group_size must be >= 1, got {group_size}")
@@ -187,12 +193,10 @@ def run_memagent(
         for sample, ids, k in zip(samples, documents, chunks)
         for _ in range(group_size)
     ]
-    try:
-        results = run_agents(agents, llm, on_round=bar.update)
-    finally:
-        bar.close()
-    return [
-        Trajectory(
+    done: dict[int, Trajectory] = {}
+
+    def finished(i: int, result: AgentResult) -> None:
+        done[i] = Trajectory(
             sample_index=i // group_size,
             conversations=result.conversations,
             answer=result.answer,
@@ -201,5 +205,11 @@ def run_memagent(
             document_tokens=lengths[i // group_size],
             error=result.error,
         )
-        for i, result in enumerate(results)
-    ]
+        if on_trajectory is not None:
+            on_trajectory(done[i])
+
+    try:
+        run_agents(agents, llm, on_round=bar.update, max_running=max_running, on_result=finished)
+    finally:
+        bar.close()
+    return [done[i] for i in range(len(done))]

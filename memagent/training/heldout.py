@@ -33,18 +33,16 @@ def heldout_metrics(
     "generated_tokens_per_correct", "keep_share", ...; the decision shares only with gates). verifier: a name in
     memagent.rl.rewards.VERIFIER_NAMES (strict: the last boxed answer equals a gold).
 
+    batch: questions in flight at once, the next starting as one finishes (continuous batching by rounds).
     max_batch_rows, prefill_chunk_tokens and kv_cache_budget_bytes bound generation memory as in training rollouts (see LocalLLM).
     """
     workflow = dataclasses.replace(workflow, max_chunks=None)
     mine = samples[rank::world_size]
     llm = LocalLLM(model, tokenizer, params=params, generator=generator, max_batch_rows=max_batch_rows,
                    prefill_chunk_tokens=prefill_chunk_tokens, kv_cache_budget_bytes=kv_cache_budget_bytes)
-    scored = []
-    for start in range(0, len(mine), batch):
-        part = mine[start : start + batch]
-        for traj in run_memagent(part, llm, workflow, group_size=1, keep_prompt_ids=False):
-            traj.reward = Reward(correct=answer_score(verifier, traj.answer, part[traj.sample_index]))
-            scored.append(traj)
+    scored = run_memagent(mine, llm, workflow, group_size=1, keep_prompt_ids=False, max_running=batch)
+    for traj in scored:
+        traj.reward = Reward(correct=answer_score(verifier, traj.answer, mine[traj.sample_index]))
     total = all_reduce_sum(torch.tensor([sum(t.reward.correct for t in scored), float(len(scored))],
                                         dtype=torch.float64))
     cost = gate_metrics(scored, all_reduce_sum)

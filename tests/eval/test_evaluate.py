@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socket
@@ -14,7 +15,7 @@ from .evaluate_cli import evaluate_argv, read_traces
 def _count_samples_run(evaluate, monkeypatch) -> list[int]:
     """Patch the two method runners to record how many samples each call computes."""
     seen: list[int] = []
-    for name in ("run_memagent_batch", "run_baseline_batch"):
+    for name in ("run_memagent_set", "run_baseline_batch"):
         original = getattr(evaluate, name)
 
         def counting(es, batch, *args, _original=original, **kwargs):
@@ -49,6 +50,61 @@ def test_progress_advances_per_memory_round_within_a_batch(evaluate, tiny_model_
     # round), so its total exceeds the batch's 3 samples, which is all the outer bar can count. (How many
     # intermediate states tqdm draws depends on its refresh interval, so only the total is checked.)
     assert totals and int(totals[0]) >= 3 * 3
+
+
+def test_samples_in_flight_do_not_change_greedy_traces(evaluate, tiny_model_dir, tmp_path):
+    """One question at a time and all three at once score and write the same samples (only the timing differs)."""
+    runs = {}
+    for in_flight in ("1", "3"):
+        out = tmp_path / f"in-flight-{in_flight}"
+        assert evaluate.main(evaluate_argv(tiny_model_dir, out, "--batch-size", in_flight)) == 0
+        runs[in_flight] = sorted((t["index"], t["answer"], t["memories"], t["score"], t["generated_tokens"])
+                                 for t in read_traces(out))
+    assert len(runs["1"]) == 3 and runs["1"] == runs["3"]
+
+
+def test_a_stop_keeps_every_sample_finished_before_it(evaluate, tiny_model_dir, tiny_tokenizer, tmp_path,
+                                                     monkeypatch):
+    """Samples are written as they finish, not when their batch does. A long question (index 0) and three short
+    ones, two in flight, the backend stopped on its sixth call: short question 1 finished in round 4 and is on disk
+    (in batches of two it would have waited for question 0), and a rerun computes only the other three."""
+    from memagent.data import make_task, write_samples
+
+    long, *_ = make_task("kv_retrieval", tiny_tokenizer, 300, 1, 0)
+    short = make_task("kv_retrieval", tiny_tokenizer, 100, 3, 1)
+    samples = [dataclasses.replace(s, index=i) for i, s in enumerate([long, *short])]
+    path = write_samples(tmp_path / "mixed.json", samples)
+    out = tmp_path / "run"
+    argv = evaluate_argv(tiny_model_dir, out, "--chunk-tokens", "48")
+    argv[argv.index("--task"):argv.index("--task") + 6] = ["--data", str(path)]
+    build = evaluate.build_evaluated_model
+    calls = 0
+
+    def failing_on_sixth_call(args):
+        evaluated = build(args)
+        complete = evaluated.llm.complete
+
+        def counted(requests):
+            nonlocal calls
+            calls += 1
+            if calls == 6:
+                raise KeyboardInterrupt
+            return complete(requests)
+
+        evaluated.llm.complete = counted
+        return evaluated
+
+    monkeypatch.setattr(evaluate, "build_evaluated_model", failing_on_sixth_call)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate.main(argv)
+    kept = read_traces(out)
+    # 300 tokens are more than 5 chunks of 48; 100 tokens are 3 (4 rounds with the answer).
+    assert [(t["index"], t["num_chunks"]) for t in kept] == [(1, 3)]
+    monkeypatch.setattr(evaluate, "build_evaluated_model", build)
+    seen = _count_samples_run(evaluate, monkeypatch)
+    assert evaluate.main(argv) == 0
+    assert seen == [3]
+    assert sorted(t["index"] for t in read_traces(out)) == [0, 1, 2, 3]
 
 
 def test_rerun_after_limit_computes_only_the_missing_samples(evaluate, tiny_model_dir, tmp_path, monkeypatch):

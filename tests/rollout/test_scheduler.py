@@ -137,3 +137,64 @@ def test_capping_generate_rows_gives_the_same_greedy_results(tiny_model, tiny_to
 def test_max_batch_rows_below_one_is_refused(tiny_model, tiny_tokenizer) -> None:
     with pytest.raises(ValueError, match="max_batch_rows"):
         LocalLLM(tiny_model, tiny_tokenizer, max_batch_rows=0)
+
+
+def test_an_in_flight_cap_gives_the_same_greedy_results_as_all_at_once(tiny_model, tiny_tokenizer) -> None:
+    llm = LocalLLM(tiny_model, tiny_tokenizer, params=GREEDY)
+    whole = run_agents(_mixed_agents(tiny_tokenizer), llm)
+    for cap in (1, 2, 4):
+        capped = run_agents(_mixed_agents(tiny_tokenizer), llm, max_running=cap)
+        for a, b in zip(whole, capped, strict=True):
+            assert a.answer == b.answer
+            assert [c.response_ids for c in a.conversations] == [c.response_ids for c in b.conversations]
+
+
+def test_a_finished_agent_hands_its_slot_to_the_next_in_the_following_round() -> None:
+    """Agents of 3, 1, 1, 2 requests under a cap of 2: round by round the running set is {0, 1}, {0, 2}, {0, 3},
+    {3}; with fixed batches of 2 it would take 3 + 2 = 5 rounds, here 4."""
+    batches: list[list[str]] = []
+
+    class EchoLLM:
+        tokenizer = None
+
+        def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+            batches.append([r.messages[0]["content"] for r in requests])
+            return [Completion(text=r.messages[0]["content"]) for r in requests]
+
+    def asks(n: int, tag: str):
+        for turn in range(n):
+            yield ChatRequest(messages=({"role": "user", "content": f"{tag}{turn}"},), max_new_tokens=1)
+        return AgentResult(conversations=[], answer=tag)
+
+    finished: list[tuple[int, str]] = []
+    results = run_agents((asks(n, tag) for n, tag in ((3, "a"), (1, "b"), (1, "c"), (2, "d"))), EchoLLM(),
+                         max_running=2, on_result=lambda i, r: finished.append((i, r.answer)))
+    assert batches == [["a0", "b0"], ["a1", "c0"], ["a2", "d0"], ["d1"]]
+    assert [r.answer for r in results] == ["a", "b", "c", "d"]  # input order
+    assert finished == [(1, "b"), (2, "c"), (0, "a"), (3, "d")]  # finishing order
+
+
+def test_agents_asking_nothing_finish_without_taking_a_slot() -> None:
+    class EchoLLM:
+        tokenizer = None
+        calls = 0
+
+        def complete(self, requests: list[ChatRequest]) -> list[Completion]:
+            EchoLLM.calls += 1
+            assert len(requests) <= 1
+            return [Completion(text="x") for _ in requests]
+
+    def asks(n: int, tag: str):
+        for _ in range(n):
+            yield ChatRequest(messages=({"role": "user", "content": tag},), max_new_tokens=1)
+        return AgentResult(conversations=[], answer=tag)
+
+    results = run_agents([asks(0, "a"), asks(2, "b"), asks(0, "c"), asks(0, "d"), asks(1, "e")], EchoLLM(),
+                         max_running=1)
+    assert [r.answer for r in results] == ["a", "b", "c", "d", "e"]
+    assert EchoLLM.calls == 3
+
+
+def test_an_in_flight_cap_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="max_running"):
+        run_agents([single_turn_agent("a", max_new_tokens=1)], None, max_running=0)
