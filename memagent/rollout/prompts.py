@@ -13,8 +13,10 @@ who ...?"), so the end is the part to keep; the prompt then stays within questio
 tokens, as MemAgent sizes its prompt window (memory.py L33-34).
 
 Gated memory (`WorkflowConfig.gates`, docs/gates.md) is a departure from MemAgent: the memory-update prompt keeps its
-instruction and blocks, and its closing line "Updated memory:" gives way to the decision words on offer
-(`GATE_CHOICES`) and "Decision:". With gates none every prompt is MemAgent's, byte for byte.
+instruction and blocks, the decision words on offer (`GATE_CHOICES`) come between the instruction and the
+`<problem>` block, and the closing line "Updated memory:" gives way to "Decision:". The words sit before anything a
+question, memory or chunk changes, so every prompt of a round shares them and the engine prefills them once per
+round (memagent.rollout.prefill), not once per question. With gates none every prompt is MemAgent's, byte for byte.
 """
 
 from __future__ import annotations
@@ -77,6 +79,9 @@ of the problem, so the engine prefills the chunk once per group instead of once 
 MEMORY_UPDATE_CLOSING = "Updated memory:\n"
 """The last line of both memory-update templates; a gated prompt replaces it with `GATED_CLOSING`."""
 
+PROBLEM_BLOCK = "<problem>\n"
+"""Where both memory-update templates' blocks begin; a gated prompt puts `GATED_RULES` right before it."""
+
 GATE_CHOICES = {
     KEEP: "KEEP: the section adds nothing that helps to solve the problem, so your memory stays exactly as it is. "
           "Write nothing after KEEP.",
@@ -86,13 +91,16 @@ GATE_CHOICES = {
 }
 """One line per decision word of a gated prompt (docs/gates.md), shown in `offered_words` order."""
 
-GATED_CLOSING = """\
-Begin your reply with one decision word alone on its first line:
+GATED_RULES = """\
+After reading the section, begin your reply with one decision word alone on its first line:
 {choices}
 
-Decision:
 """
-"""The end of a gated memory-update prompt; field choices (the `GATE_CHOICES` lines on offer)."""
+"""The decision words of a gated memory-update prompt, between the instruction and the blocks; field choices (the
+`GATE_CHOICES` lines on offer)."""
+
+GATED_CLOSING = "Decision:\n"
+"""The last line of a gated memory-update prompt, in place of `MEMORY_UPDATE_CLOSING`."""
 
 FINAL_ANSWER_TEMPLATE = """\
 You have read a long article section by section and kept a memory of it. Using only that memory, solve the \
@@ -177,15 +185,18 @@ def render_memory_update(
 ) -> str:
     """The memory-update prompt text for one chunk; section_first picks SECTION_FIRST_MEMORY_UPDATE_TEMPLATE.
 
-    gates other than none (docs/gates.md) replace the closing "Updated memory:" line by the decision words on offer.
+    gates other than none (docs/gates.md) put the decision words on offer before the blocks and close with
+    "Decision:" instead of "Updated memory:".
     """
     template = SECTION_FIRST_MEMORY_UPDATE_TEMPLATE if section_first else MEMORY_UPDATE_TEMPLATE
-    text = template.format(problem=problem, memory=memory, chunk=chunk)
     words = offered_words(gates)
     if not words:
-        return text
-    choices = "\n".join(GATE_CHOICES[word] for word in words)
-    return text.removesuffix(MEMORY_UPDATE_CLOSING) + GATED_CLOSING.format(choices=choices)
+        return template.format(problem=problem, memory=memory, chunk=chunk)
+    instruction, _, blocks = template.partition(PROBLEM_BLOCK)
+    rules = GATED_RULES.format(choices="\n".join(GATE_CHOICES[word] for word in words))
+    # The rules go in before formatting: a problem, memory or chunk holding "<problem>" cannot move them.
+    gated = instruction + rules + PROBLEM_BLOCK + blocks.removesuffix(MEMORY_UPDATE_CLOSING) + GATED_CLOSING
+    return gated.format(problem=problem, memory=memory, chunk=chunk)
 
 
 def render_final_answer(problem: str, memory: str) -> str:

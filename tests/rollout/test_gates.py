@@ -125,13 +125,31 @@ def test_without_gates_the_prompt_is_memagents_byte_for_byte(section_first) -> N
     assert render_memory_update("Q?", "m", "c", section_first=section_first, gates="none") == expected
 
 
+@pytest.mark.parametrize("section_first", [False, True])
 @pytest.mark.parametrize("gates", GATES[1:])
-def test_a_gated_prompt_keeps_the_blocks_and_offers_only_its_words(gates) -> None:
-    plain = render_memory_update("Q?", "m", "c")
-    gated = render_memory_update("Q?", "m", "c", gates=gates)
-    assert gated.startswith(plain.removesuffix("Updated memory:\n")) and gated.endswith("Decision:\n")
+def test_a_gated_prompt_keeps_the_instruction_and_blocks_and_offers_only_its_words(gates, section_first) -> None:
+    plain = render_memory_update("Q?", "m", "c", section_first=section_first)
+    gated = render_memory_update("Q?", "m", "c", section_first=section_first, gates=gates)
+    instruction, blocks = plain.split("<problem>\n")
+    gated_head, gated_blocks = gated.split("<problem>\n")
+    assert gated_head.startswith(instruction)
+    assert gated_blocks == blocks.removesuffix("Updated memory:\n") + "Decision:\n"
     for word in (KEEP, UPDATE, ANSWER_NOW):
-        assert (f"\n{word}: " in gated) == (word in offered_words(gates))
+        assert (f"\n{word}: " in gated_head) == (word in offered_words(gates))
+
+
+def test_the_decision_words_come_before_anything_a_question_changes() -> None:
+    """Every gated prompt of a round opens with the same text up to the <problem> block, words included, so the
+    engine prefills them once per round (memagent.rollout.prefill), not once per question."""
+    a = render_memory_update("Name the city.", "No previous memory", "Paris is in France.", gates="both")
+    b = render_memory_update("Whose code?", "The code is 12.", "Nothing here.", gates="both")
+    shared = a[: next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)]
+    assert shared.endswith("<problem>\n") and all(f"\n{word}: " in shared for word in (KEEP, UPDATE, ANSWER_NOW))
+
+
+def test_a_problem_holding_a_block_tag_does_not_move_the_rules() -> None:
+    gated = render_memory_update("Is <problem>\n a tag?", "m", "c", gates="both")
+    assert gated.index("\nKEEP: ") < gated.index("Is <problem>")
 
 
 # ---------------------------------------------------------------- the workflow
