@@ -92,7 +92,7 @@ GATE_CHOICES = {
 """One line per decision word of a gated prompt (docs/gates.md), shown in `offered_words` order."""
 
 GATED_RULES = """\
-After reading the section, begin your reply with one decision word alone on its first line:
+Begin your reply with one decision word alone on its first line:
 {choices}
 
 """
