@@ -105,8 +105,7 @@ def main() -> None:
             results[label, mode] = t
             print(f"| {label} | {mode} | {t.seconds_per_question:.3f} | {t.generated_tokens_per_question:.1f} | "
                   f"{100 * t.chunks_read_share:.0f} | {100 * t.accuracy:.1f} |", flush=True)
-    modes = ("alone", "batches", "streamed")
-    for mode in modes:
+    for mode in timed:
         u, g = results["ungated", mode], results["gated", mode]
         print(f"{mode}: ungated / gated time {u.seconds_per_question / g.seconds_per_question:.2f}x, "
               f"generated tokens {u.generated_tokens_per_question / g.generated_tokens_per_question:.2f}x")

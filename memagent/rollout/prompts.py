@@ -192,11 +192,11 @@ def render_memory_update(
     words = offered_words(gates)
     if not words:
         return template.format(problem=problem, memory=memory, chunk=chunk)
+    # The template is split before formatting: a problem, memory or chunk holding "<problem>" cannot move the rules.
     instruction, _, blocks = template.partition(PROBLEM_BLOCK)
-    rules = GATED_RULES.format(choices="\n".join(GATE_CHOICES[word] for word in words))
-    # The rules go in before formatting: a problem, memory or chunk holding "<problem>" cannot move them.
-    gated = instruction + rules + PROBLEM_BLOCK + blocks.removesuffix(MEMORY_UPDATE_CLOSING) + GATED_CLOSING
-    return gated.format(problem=problem, memory=memory, chunk=chunk)
+    gated = instruction + GATED_RULES + PROBLEM_BLOCK + blocks.removesuffix(MEMORY_UPDATE_CLOSING) + GATED_CLOSING
+    return gated.format(problem=problem, memory=memory, chunk=chunk,
+                        choices="\n".join(GATE_CHOICES[word] for word in words))
 
 
 def render_final_answer(problem: str, memory: str) -> str:
