@@ -15,7 +15,7 @@ export TRANSFORMERS_OFFLINE := 1
 export DS_ACCELERATOR ?= cpu
 
 .PHONY: install demo demo-gates test test-fast test-dist test-latest lint smollm2 smollm2-rl smollm2-mix smollm2-mix-report \
-	smollm2-mix-gates smollm2-gates-report bench clean
+	smollm2-mix-gates smollm2-gates-report clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -123,8 +123,8 @@ MIX_LONG := 8192 32768
 MIX_RUN = runs/smollm2-mix-seed$(SEED)
 MIX_RL = $(MIX_RUN)/checkpoints/step_000010/model
 # $(call mix_cell,MODEL,ROW,EXTRA FLAGS,TOKENS): one cell directory of one row (held-out tasks at the short lengths).
-# Long cells keep 16 questions in flight (a stop loses those: 12 minutes at 16x rather than a 48-question task's 35;
-# one thread prefills at the same rate either way); EXTRA FLAGS come last and win.
+# Long cells keep 16 questions in flight (a stop loses at most the round in progress: evaluate.py resumes questions
+# mid-document; one thread prefills at the same rate either way); EXTRA FLAGS come last and win.
 mix_cell = (tasks="$(MIX_TRAIN_TASKS)"; batch=""; case " $(MIX_SHORT) " in *" $(4) "*) \
 		tasks="$$tasks $(MIX_HELDOUT_TASKS)";; *) batch="--batch-size 16";; esac; \
 	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(1) $(MIX_EVAL) $$batch $(3) --task $$tasks --lengths $(4) \

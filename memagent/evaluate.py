@@ -15,8 +15,11 @@ generated tokens (and with gates the decision of each update), and the table's c
 Outputs in --output-dir: traces.jsonl (one line per sample and method: question, memory after every chunk, answer,
 gold, score), results.json (the table), and with --plot a PNG of score and time versus length. A run that is killed
 resumes where it stopped: finished samples are read back from traces.jsonl and skipped, a cut-off last line is
-dropped. Sampling is seeded once per run, so a resumed run draws different (equally valid) samples than an
-uninterrupted one would; with --greedy both agree.
+dropped, and a MemAgent question that was in flight goes on from its last memory update, kept in inflight.jsonl
+(memagent.evaluation.inflight; deleted once every sample is done), so a stop loses at most one round. Sampling is
+seeded once per run, so a resumed run draws different (equally valid) samples than an uninterrupted one would; with
+--greedy both agree. A resumed question's trace says how many chunks it took from the stopped run
+(`resumed_chunks`), and its wall_s counts this run's time only.
 
 Installed (`pip install .`), the command is `memagent-evaluate`; `python evaluate.py` in a checkout runs `cli()`.
 """
@@ -35,6 +38,7 @@ from typing import Any
 from memagent.cli import run_cli
 from memagent.data import make_task, read_samples
 from memagent.evaluation.baseline import full_context_prompt
+from memagent.evaluation.inflight import InflightFile
 from memagent.evaluation.model_choice import EvaluatedModel, add_model_args, build_evaluated_model
 from memagent.evaluation.plot import plot_results
 from memagent.evaluation.scoring import score_answer
@@ -158,25 +162,31 @@ def rollout_cost(t: Trajectory, gated: bool) -> dict[str, Any]:
 
 
 def run_memagent_set(es: EvalSet, pending: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig,
-                     in_flight: int, write: Callable[[dict[str, Any]], None]) -> None:
+                     in_flight: int, write: Callable[[dict[str, Any]], None], inflight: InflightFile) -> None:
     """MemAgent on `pending`, `in_flight` questions at a time, the next starting as one finishes (continuous
-    batching by rounds: memagent.rollout.scheduler); each sample's record goes to `write` as it finishes, so a stop
-    loses only the questions in flight. A record's wall_s is the time since the previous sample finished (or the
-    start): per question it is a share, not a latency, and a set's wall_s sum to its wall time."""
+    batching by rounds: memagent.rollout.scheduler); each sample's record goes to `write` as it finishes, and each
+    memory update to `inflight` as it is made, where a question a stopped run left in flight resumes from. A record's
+    wall_s is the time since the previous sample finished (or the start): per question it is a share, not a latency,
+    and a set's wall_s sum to its wall time."""
+    keys = [(es.source, es.length, s.index, MEMAGENT) for s in pending]
+    # copies: inflight.updates grows as this run appends to it
+    resume_from = {i: list(inflight.updates[key]) for i, key in enumerate(keys) if key in inflight.updates}
     last = time.perf_counter()
 
     def finished(t: Trajectory) -> None:
         nonlocal last
         now = time.perf_counter()
         sample = pending[t.sample_index]
-        write(record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=now - last,
-                     memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
-                     doc_tokens=t.document_tokens, cost=rollout_cost(t, config.gated)))
+        write({**record(es, sample, MEMAGENT, answer=t.answer, error=t.error, wall_s=now - last,
+                        memories=t.memories, memory_cut=t.memory_truncated, chunk_tokens=config.chunk_tokens,
+                        doc_tokens=t.document_tokens, cost=rollout_cost(t, config.gated)),
+               "resumed_chunks": len(resume_from.get(t.sample_index, ()))})
         last = now
 
     # Long documents take one round per chunk: a second bar over the conversations shows progress between samples.
     run_memagent(pending, evaluated.llm, config, keep_prompt_ids=False, show_progress=True, max_running=in_flight,
-                 on_trajectory=finished)
+                 on_trajectory=finished, resume_from=resume_from,
+                 on_update=lambda i, update: inflight.append(keys[i], update))
 
 
 def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedModel, config: WorkflowConfig,
@@ -246,6 +256,10 @@ def main(argv: list[str] | None = None) -> int:
     wanted: list[TraceKey] = [(es.source, es.length, s.index, m) for es in sets for s in es.samples for m in methods]
     todo = sum(key not in traces.done for key in wanted)
     print(f"{len(wanted)} (sample, method) pairs, {len(wanted) - todo} already done in {traces.path}", flush=True)
+    inflight = InflightFile(out / "inflight.jsonl", finished=traces.done)
+    if inflight.updates:
+        print(f"{len(inflight.updates)} question(s) resume mid-document from {inflight.path} "
+              f"({sum(map(len, inflight.updates.values()))} memory updates kept)", flush=True)
     bar = progress_bar(todo, "evaluate")
 
     def write(r: dict[str, Any]) -> None:
@@ -256,12 +270,14 @@ def main(argv: list[str] | None = None) -> int:
         for method in methods:
             pending = [s for s in es.samples if (es.source, es.length, s.index, method) not in traces.done]
             if method == MEMAGENT:
-                run_memagent_set(es, pending, evaluated, config, args.batch_size, write)
+                run_memagent_set(es, pending, evaluated, config, args.batch_size, write, inflight)
             else:
                 for i in range(0, len(pending), args.batch_size):
                     for r in run_baseline_batch(es, pending[i : i + args.batch_size], evaluated, config, window):
                         write(r)
     bar.close()
+    if set(inflight.updates) <= set(wanted):  # all finished now (a run asking for other samples may have left some)
+        inflight.path.unlink(missing_ok=True)
 
     rows = aggregate(traces.done[key] for key in wanted)
     print(format_table(rows))

@@ -93,15 +93,16 @@ def num_chunks(num_tokens: int, chunk_tokens: int) -> int:
 
 
 def iter_chunks(
-    document: str | TokenIds, tokenizer: PreTrainedTokenizerBase, chunk_tokens: int
+    document: str | TokenIds, tokenizer: PreTrainedTokenizerBase, chunk_tokens: int, *, first: int = 0
 ) -> Iterator[str]:
-    """Yield the decoded text of chunks [k*C, (k+1)*C) of a document, one at a time (special tokens skipped).
+    """Yield the decoded text of chunks [k*C, (k+1)*C) of a document, one at a time (special tokens skipped), from
+    chunk `first` on (a resumed rollout skips the chunks it has read without decoding them).
 
     document: the text (tokenized once with `tokenize_document`) or its token ids. Nothing but the ids and the
     current chunk's text is held, so memory does not grow with the number of chunks.
     """
     ids = tokenize_document(document, tokenizer) if isinstance(document, str) else as_token_array(document)
-    for k in range(num_chunks(len(ids), chunk_tokens)):
+    for k in range(first, num_chunks(len(ids), chunk_tokens)):
         yield tokenizer.decode(
             ids[k * chunk_tokens : (k + 1) * chunk_tokens].tolist(), skip_special_tokens=True
         )

@@ -33,11 +33,16 @@ so early exits and short documents shorten the run instead of thinning its batch
 agents, and chunks are decoded one at a time. Each Conversation keeps its prompt ids, which together hold the
 document again (as Python ints); `keep_prompt_ids=False` drops them for evaluation of multi-million-token
 documents, leaving per chunk only the memory and its at most memory_tokens response ids.
+
+Resuming (`resume_from`, `on_update`; memagent.evaluation.inflight). Between chunks a rollout carries nothing but its
+memory text (and with gates whether it has exited), so a rollout handed the memory updates it had made before a stop
+goes on from its next chunk and makes the requests the uninterrupted one would have (tested): evaluate.py saves each
+update as it is made and resumes the questions a stopped run left in flight.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
 from transformers import PreTrainedTokenizerBase
@@ -54,6 +59,7 @@ from memagent.rollout.chunking import (
     tokenize_document,
 )
 from memagent.rollout.gates import (
+    ANSWER_NOW,
     decision_prefixes,
     decision_tokens,
     read_decision,
@@ -101,21 +107,31 @@ def memagent_agent(
     config: WorkflowConfig,
     *,
     keep_prompt_ids: bool = True,
+    resume_from: Sequence[Conversation] = (),
+    on_update: Callable[[Conversation], None] | None = None,
 ) -> Generator[ChatRequest, Completion, AgentResult]:
     """One MemAgent rollout of one question, as an agent (agents.py): K MEMORY + 1 ANSWER conversations (with the
     exit gate, K may stop short of the document's chunks).
 
     document: the text or its token ids (ids within the config's cap are used as given, without a copy).
+    resume_from: the memory updates of this rollout already run, chunks 0..j-1 (a resumed evaluation): they open the
+    result, the memory starts as the last one's text and reading starts at chunk j (or the answer round runs at once
+    after an ANSWER decision). Each new memory update is handed to `on_update` as it is recorded.
     """
+    if any(c.kind != MEMORY or c.chunk_index != k for k, c in enumerate(resume_from)):
+        raise ValueError("memagent_agent: `resume_from` must be the memory updates of chunks 0, 1, ... in order, got "
+                         f"{[(c.kind, c.chunk_index) for c in resume_from]}")
     problem = fit_question(question, tokenizer, config.question_tokens)
     ids = prepare_document(document, tokenizer, config)
-    memory = config.initial_memory
+    memory = resume_from[-1].text if resume_from else config.initial_memory  # the memory after an update is its text
     budget = config.memory_tokens + (update_line_tokens(tokenizer) if config.gated else 0)
     stops = stop_words(config.gates)
     constrained = config.gated and config.gate_decoding == "constrained"
     opening = decision_prefixes(config.gates) if constrained else ()  # the engine samples the decision among these
-    conversations: list[Conversation] = []
-    for k, chunk in enumerate(iter_chunks(ids, tokenizer, config.chunk_tokens)):
+    conversations: list[Conversation] = list(resume_from)
+    exited = bool(resume_from) and resume_from[-1].decision == ANSWER_NOW  # the exit gate fired before the stop: answer now
+    first = num_chunks(len(ids), config.chunk_tokens) if exited else len(resume_from)
+    for k, chunk in enumerate(iter_chunks(ids, tokenizer, config.chunk_tokens, first=first), start=first):
         prompt = render_memory_update(problem, memory, chunk, section_first=config.section_first, gates=config.gates)
         completion = yield ChatRequest(messages=user_message(prompt), max_new_tokens=budget, stop_texts=stops,
                                        allowed_prefixes=opening)
@@ -124,12 +140,16 @@ def memagent_agent(
         if not config.gated:
             memory = completion.text.strip()  # overwrite: the old memory is gone (docs/workflow.md)
             conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids))
+            if on_update is not None:
+                on_update(conversations[-1])
             continue
         gated = read_decision(completion.text, memory, config.gates)  # KEEP and ANSWER hand back `memory` itself
         memory = gated.memory
         spent = decision_tokens(gated.decision, completion.response_ids, tokenizer)
         conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids, decision=gated.decision,
                                      spent_on_decision=spent))
+        if on_update is not None:
+            on_update(conversations[-1])
         if gated.stops_reading:  # the exit gate: the answer round runs now, from the memory as it is
             break
 
@@ -161,6 +181,8 @@ def run_memagent(
     show_progress: bool = False,
     max_running: int | None = None,
     on_trajectory: Callable[[Trajectory], None] | None = None,
+    resume_from: dict[int, Sequence[Conversation]] | None = None,
+    on_update: Callable[[int, Conversation], None] | None = None,
 ) -> list[Trajectory]:
     """Roll out every question group_size times; returns N * G trajectories, each question's G contiguous.
 
@@ -170,6 +192,8 @@ def run_memagent(
     show_progress: a progress bar over the conversations (K memory updates + 1 answer per trajectory) on stderr.
     max_running: at most this many trajectories in flight, the next starting as one finishes (run_agents; None:
     all at once). on_trajectory: called with each trajectory as it finishes, in finishing order.
+    resume_from: per trajectory index, the memory updates it has already run (a resumed evaluation; memagent_agent);
+    on_update(i, conversation): called with each new memory update of trajectory i as it is recorded.
     """
     if group_size < 1:
         raise ValueError(f"run_memagent: group_size must be >= 1, got {group_size}")
@@ -184,15 +208,21 @@ def run_memagent(
         lengths.append(len(full))
         documents.append(prepare_document(full, tokenizer, config))
     chunks = [num_chunks(len(ids), config.chunk_tokens) for ids in documents]
-    # K memory updates + 1 answer per trajectory; an early exit advances the bar by what it skipped
-    bar = progress_bar(group_size * sum(k + 1 for k in chunks), "rollout conversations", enabled=show_progress)
-    agents = [
-        _counting_skipped_rounds(
-            memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids), k + 1, bar
-        )
-        for sample, ids, k in zip(samples, documents, chunks)
-        for _ in range(group_size)
-    ]
+    resume_from = resume_from or {}
+    resumed = sum(len(updates) for updates in resume_from.values())
+    # K memory updates + 1 answer per trajectory, less those already run; an early exit advances the bar by what it
+    # skipped
+    bar = progress_bar(group_size * sum(k + 1 for k in chunks) - resumed, "rollout conversations",
+                       enabled=show_progress)
+
+    def agent(i: int) -> Generator[ChatRequest, Completion, AgentResult]:
+        sample, ids, earlier = samples[i // group_size], documents[i // group_size], resume_from.get(i, ())
+        update = None if on_update is None else lambda conversation: on_update(i, conversation)
+        rollout = memagent_agent(sample.question, ids, tokenizer, config, keep_prompt_ids=keep_prompt_ids,
+                                 resume_from=earlier, on_update=update)
+        return _counting_skipped_rounds(rollout, chunks[i // group_size] + 1, bar)  # `earlier` counted as run
+
+    agents = [agent(i) for i in range(group_size * len(samples))]
     done: dict[int, Trajectory] = {}
 
     def finished(i: int, result: AgentResult) -> None:
