@@ -300,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
 def cli() -> None:
     """`memagent-evaluate` and `python evaluate.py`: main() with one-line user errors, and on Ctrl-C where to resume."""
     run_cli(main, on_interrupt=lambda argv: f"finished samples are kept in {parse_args(argv).output_dir}"
-            "/traces.jsonl; rerun the same command to resume")
+            "/traces.jsonl and the questions in flight up to their last chunk in inflight.jsonl; rerun the same "
+            "command to resume")
 
 
 if __name__ == "__main__":
