@@ -62,8 +62,8 @@ class InflightFile:
     def _load(self, finished: Collection[TraceKey]) -> None:
         data = self.path.read_bytes()
         whole = data[: data.rfind(b"\n") + 1]  # after the last newline: a line the dying run did not finish
-        kept: list[bytes] = []
-        for number, line in enumerate(whole.split(b"\n")[:-1], start=1):
+        lines, kept = whole.split(b"\n")[:-1], []
+        for number, line in enumerate(lines, start=1):
             try:
                 key, update = update_from_json(json.loads(line))
             except (ValueError, KeyError, TypeError) as e:
@@ -75,7 +75,7 @@ class InflightFile:
             updates.append(update)
             kept.append(line + b"\n")
         self.updates = {key: updates for key, updates in self.updates.items() if updates}
-        if len(kept) < len(whole.split(b"\n")[:-1]) or len(whole) < len(data):
+        if len(kept) < len(lines) or len(whole) < len(data):
             staged = self.path.with_suffix(".jsonl.tmp")
             staged.write_bytes(b"".join(kept))
             os.replace(staged, self.path)

@@ -139,18 +139,17 @@ def memagent_agent(
             return AgentResult(conversations=conversations, answer="", error=completion.error)
         if not config.gated:
             memory = completion.text.strip()  # overwrite: the old memory is gone (docs/workflow.md)
-            conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids))
-            if on_update is not None:
-                on_update(conversations[-1])
-            continue
-        gated = read_decision(completion.text, memory, config.gates)  # KEEP and ANSWER hand back `memory` itself
-        memory = gated.memory
-        spent = decision_tokens(gated.decision, completion.response_ids, tokenizer)
-        conversations.append(_record(completion, MEMORY, k, memory, keep_prompt_ids, decision=gated.decision,
-                                     spent_on_decision=spent))
+            update = _record(completion, MEMORY, k, memory, keep_prompt_ids)
+        else:
+            gated = read_decision(completion.text, memory, config.gates)  # KEEP and ANSWER hand back `memory` itself
+            memory = gated.memory
+            spent = decision_tokens(gated.decision, completion.response_ids, tokenizer)
+            update = _record(completion, MEMORY, k, memory, keep_prompt_ids, decision=gated.decision,
+                             spent_on_decision=spent)
+        conversations.append(update)
         if on_update is not None:
-            on_update(conversations[-1])
-        if gated.stops_reading:  # the exit gate: the answer round runs now, from the memory as it is
+            on_update(update)
+        if config.gated and gated.stops_reading:  # the exit gate: the answer round runs now, from the memory as it is
             break
 
     prompt = render_final_answer(problem, memory)
