@@ -37,13 +37,14 @@ from typing import Any
 
 from memagent.cli import run_cli
 from memagent.data import make_task, read_samples
+from memagent.dirlock import OutputDirBusy, lock_output_dir
 from memagent.evaluation.baseline import full_context_prompt
 from memagent.evaluation.inflight import InflightFile
 from memagent.evaluation.model_choice import EvaluatedModel, add_model_args, build_evaluated_model
 from memagent.evaluation.plot import plot_results
 from memagent.evaluation.scoring import score_answer
 from memagent.evaluation.tables import aggregate, format_cost_table, format_table, results_json
-from memagent.evaluation.traces import BUSY_STATUS, OutputDirBusy, TraceFile, TraceKey, lock_output_dir
+from memagent.evaluation.traces import BUSY_STATUS, TraceFile, TraceKey
 from memagent.progress import progress_bar
 from memagent.records import Sample, Trajectory
 from memagent.rollout.chunking import num_chunks, tokenize_document

@@ -37,6 +37,7 @@ import torch
 from memagent.cli import run_cli
 from memagent.config import TrainConfig, load_config
 from memagent.data.mix import parse_task_mix
+from memagent.dirlock import lock_output_dir
 from memagent.model.precision import autocast
 from memagent.records import Sample, Trajectory
 from memagent.rl.dynamic_sampling import KeptGroups, QuestionStream, collect_groups, rank_quota
@@ -49,9 +50,10 @@ from memagent.rollout.workflow import run_memagent
 from memagent.training.checkpoint import load_checkpoint, save_checkpoint
 from memagent.training.gate_metrics import gate_metrics
 from memagent.training.heldout import heldout_metrics
+from memagent.training.learner import dist_env
 from memagent.training.logging import MetricsLogger, write_traces
 from memagent.training.memory_budget import dry_run_report
-from memagent.training.setup import PreRLStage, TrainingSetup, set_up_training
+from memagent.training.setup import PreRLStage, TrainingSetup, set_up_training, writable_output_dir
 
 
 # ALGO LOGIC ---------------------------------------------------------------------------------------------------
@@ -234,6 +236,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if flags.dry_run:  # size the run from the model's config.json alone: no model, data or process group
         print(dry_run_report(cfg, flags.dry_run_world_size), flush=True)
         return {}
+    # One writer per output directory (memagent.dirlock): a second run there would interleave metrics.jsonl and
+    # save over this one's checkpoints; it stops at once, naming this process.
+    with lock_output_dir(writable_output_dir(cfg.run.output_dir), rank=dist_env()[0]):
+        return train(cfg)
+
+
+def train(cfg: TrainConfig) -> dict[str, float]:
+    """Set up, run cfg.run.steps RL steps (resuming from a checkpoint if asked), evaluate; returns the last metrics."""
     setup = set_up_training(cfg, pre_rl_stage(cfg))
     learner, out = setup.learner, cfg.run.output_dir
     state = {"position": 0, "before": {}}

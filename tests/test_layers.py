@@ -1,6 +1,6 @@
 """The package is layered (docs/architecture.md): every import points down, none back up.
 
-    records, progress -> verify, data, model -> rollout -> rl -> config -> training, evaluation, server, demo -> scripts
+    records, progress, dirlock -> verify, data, model -> rollout -> rl -> config -> training, evaluation, server, demo -> scripts
 
 Checked on the source (module-level and function-level imports alike, via the AST): the RL math imports nothing of
 ours, nothing below the scripts imports the trainer or the evaluation script (memagent/train.py, memagent/evaluate.py),
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYER = {"records": 0, "progress": 0, "verify": 1, "data": 1, "model": 1, "rollout": 2, "rl": 3, "config": 4,
+LAYER = {"records": 0, "progress": 0, "dirlock": 0, "verify": 1, "data": 1, "model": 1, "rollout": 2, "rl": 3, "config": 4,
          "training": 5, "evaluation": 5, "server": 5, "demo": 5}
 SCRIPTS = {"memagent.train", "memagent.evaluate", "memagent.ask", "memagent.serve", "memagent.cli",
            "memagent.data.__main__", "memagent.model.smollm2"}

@@ -11,11 +11,10 @@ onto the fragment. A broken line anywhere else is not a kill: it raises, naming 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 BUSY_STATUS = 75
 """evaluate.py's exit status when another process holds its output directory (EX_TEMPFAIL: try again later)."""
@@ -81,30 +80,3 @@ def _parse(line: bytes) -> dict[str, Any] | None:
     except (ValueError, KeyError, TypeError):
         return None
     return record if isinstance(record, dict) else None
-
-
-class OutputDirBusy(Exception):
-    """Another process holds the output directory's lock; `holder` names it ("pid N")."""
-
-    def __init__(self, out: Path, holder: str) -> None:
-        super().__init__(f"{out} is being written by another evaluation ({holder}); rerun this command once it ends")
-        self.holder = holder
-
-
-def lock_output_dir(out: Path) -> IO[str]:
-    """Hold an exclusive lock on `out` (the file `out/.lock`) for as long as the returned file stays open, so two
-    evaluations never append to one traces.jsonl (each would skip only the samples it has read back, and the second
-    copy of a sample makes the file unreadable). Raises OutputDirBusy, naming the holder's pid, when another process
-    holds it. The kernel drops the lock when its holder exits, killed or not.
-    """
-    path = out / ".lock"
-    handle = path.open("a+", encoding="utf-8")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        handle.close()
-        raise OutputDirBusy(out, path.read_text().strip() or "another process") from None
-    handle.truncate(0)
-    handle.write(f"pid {os.getpid()}\n")
-    handle.flush()
-    return handle

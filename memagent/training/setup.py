@@ -85,8 +85,8 @@ class TrainingSetup:
     """bf16 autocast of rollout, log-prob and update forwards over the fp32 weights (memagent.model.precision)."""
 
 
-def check_output_dir(path: str | Path, resume: str) -> Path:
-    """Create the output dir and prove it is writable; refuse to overwrite checkpoints unless resuming."""
+def writable_output_dir(path: str | Path) -> Path:
+    """Create the output dir and prove it is writable."""
     out = Path(path)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -95,6 +95,12 @@ def check_output_dir(path: str | Path, resume: str) -> Path:
         probe.unlink()
     except OSError as err:
         raise PermissionError(f"--output-dir {out}: not writable ({err.strerror}); pass a directory you can write") from err
+    return out
+
+
+def check_output_dir(path: str | Path, resume: str) -> Path:
+    """Create the output dir and prove it is writable; refuse to overwrite checkpoints unless resuming."""
+    out = writable_output_dir(path)
     if not resume and list_checkpoints(out):
         raise FileExistsError(f"--output-dir {out} already has checkpoints: pass --resume to continue, or a new dir")
     return out

@@ -176,7 +176,7 @@ def test_a_second_evaluation_of_a_directory_in_use_exits_busy_and_writes_nothing
     out.mkdir()
     holder = subprocess.Popen(
         [sys.executable, "-c", "import sys, time; from pathlib import Path; "
-         "from memagent.evaluation.traces import lock_output_dir; "
+         "from memagent.dirlock import lock_output_dir; "
          f"lock = lock_output_dir(Path({str(out)!r})); print('locked', flush=True); time.sleep(60)"],
         stdout=subprocess.PIPE, text=True)
     try:
