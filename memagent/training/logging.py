@@ -26,17 +26,20 @@ class MetricsLogger:
     """Writes metrics.jsonl (and TensorBoard events when `tensorboard` is importable) on rank 0 only."""
 
     def __init__(self, output_dir: str | Path, *, rank: int, after_step: int | None = None) -> None:
-        """after_step: a resumed run's checkpoint step; records of later steps in metrics.jsonl are dropped first
-        (a stop after logging a step and before its checkpoint would otherwise leave that step logged twice)."""
+        """after_step: a resumed run's checkpoint step, or None for a run from the start.
+
+        What metrics.jsonl already holds past that point is dropped first, since those steps run again: records of
+        steps after the checkpoint (a stop after logging a step and before its checkpoint would otherwise leave it
+        logged twice), and for a run from the start every record (a run that died before its first checkpoint
+        starts again without --resume). A last line cut off by a kill mid-write goes too."""
         self.active = rank == 0
         self.dir = Path(output_dir)
         self.writer: Any = None
         if not self.active:
             return
         path = self.dir / "metrics.jsonl"
-        if after_step is not None and path.is_file():
-            kept = [line for line in path.read_text().splitlines(keepends=True)
-                    if line.strip() and json.loads(line)["step"] <= after_step]
+        if path.is_file():
+            kept = records_up_to(path.read_text(), -1 if after_step is None else after_step, str(path))
             temporary = path.with_suffix(".jsonl.tmp")
             temporary.write_text("".join(kept))
             temporary.replace(path)  # atomic: a stop here leaves the old file or the new one, whole
@@ -64,6 +67,26 @@ class MetricsLogger:
             self.jsonl.close()
             if self.writer is not None:
                 self.writer.close()
+
+
+def records_up_to(text: str, last_step: int, source: str = "metrics.jsonl") -> list[str]:
+    """The lines of metrics.jsonl text whose record's step is at most last_step (newline-terminated). A last line
+    without its newline is a write cut off by a kill and is dropped; a broken line elsewhere raises, naming `source`
+    and the line."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines.pop()
+    kept = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ValueError(f"{source} line {number}: not a metrics record ({err}); remove the line to go on") from err
+        if step <= last_step:
+            kept.append(line)
+    return kept
 
 
 def console_line(step: int, metrics: dict[str, float]) -> str:

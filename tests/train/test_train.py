@@ -111,6 +111,42 @@ def test_a_step_logged_before_a_stop_cut_its_checkpoint_is_logged_once_after_res
     assert [without_timing(r) for r in records(out)] == full
 
 
+def test_a_line_cut_off_by_a_kill_does_not_block_the_resume_and_is_dropped(
+        two_steps: Path, tmp_path: Path, model_dir: str) -> None:
+    import shutil
+
+    out = tmp_path / "cut_line"
+    shutil.copytree(two_steps, out)
+    shutil.rmtree(out / "checkpoints" / "step_000002")
+    (out / "results.json").unlink()
+    kept = [line for line in (out / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] < 2]
+    (out / "metrics.jsonl").write_text("\n".join(kept) + '\n{"step": 2, "rollout/rew')  # killed mid-write
+    smoke(out, model_dir, "--resume")
+    assert [without_timing(r) for r in records(out)] == [without_timing(r) for r in records(two_steps)]
+
+
+def test_a_broken_metrics_line_before_the_last_is_named_not_dropped() -> None:
+    from memagent.training.logging import records_up_to
+
+    good = ['{"step": 1, "a": 1}\n', '{"step": 2, "a": 2}\n']
+    assert records_up_to("".join(good) + '{"step": 3, "a"', 2) == good
+    assert records_up_to("".join(good), 1) == good[:1] and records_up_to("".join(good), -1) == []
+    with pytest.raises(ValueError, match="run/metrics.jsonl line 2: not a metrics record"):
+        records_up_to(good[0] + "{oops\n" + good[1], 2, "run/metrics.jsonl")
+
+
+def test_a_run_started_again_after_dying_before_its_first_checkpoint_logs_each_step_once(
+        two_steps: Path, tmp_path: Path, model_dir: str) -> None:
+    import shutil
+
+    out = tmp_path / "died_early"
+    shutil.copytree(two_steps, out)
+    shutil.rmtree(out / "checkpoints")  # as if killed after logging its steps, before any checkpoint
+    (out / "results.json").unlink()
+    smoke(out, model_dir)  # no checkpoint to resume from: the same command again, without --resume
+    assert [without_timing(r) for r in records(out)] == [without_timing(r) for r in records(two_steps)]
+
+
 @pytest.mark.parametrize(("flags", "error", "words"), [
     (["--rollout.group-size", "1"], ValueError, "group_size=1"),
     (["--data.num-train", "0"], ValueError, "empty"),
