@@ -99,8 +99,9 @@ def writable_output_dir(path: str | Path) -> Path:
 
 
 def check_output_dir(path: str | Path, resume: str) -> Path:
-    """Create the output dir and prove it is writable; refuse to overwrite checkpoints unless resuming."""
-    out = writable_output_dir(path)
+    """Refuse to overwrite checkpoints unless resuming. The dir exists and is writable: train.main made it so
+    (writable_output_dir) before locking it."""
+    out = Path(path)
     if not resume and list_checkpoints(out):
         raise FileExistsError(f"--output-dir {out} already has checkpoints: pass --resume to continue, or a new dir")
     return out
