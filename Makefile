@@ -116,7 +116,11 @@ smollm2-rl: $(STAMP)
 # table, target check and figure.
 MIX_TRAIN_TASKS := niah_single_1 niah_multikey_2 niah_multivalue hotpotqa_synth
 MIX_HELDOUT_TASKS := vt fwe niah_multiquery niah_multikey_3 kv_retrieval
-MIX_EVAL = --chunk-tokens 256 --memory-tokens 64 --answer-tokens 48 --greedy --dtype auto --num-samples 48 \
+# MIX_DTYPE: the weights' dtype; auto is bfloat16 where the CPU multiplies bf16 natively and float32 elsewhere. A cell
+# records the one it ran in (run_config.json) and refuses to resume in another, so on another machine class pass the
+# recorded one (MIX_DTYPE=float32) to finish cells started there.
+MIX_DTYPE ?= auto
+MIX_EVAL = --chunk-tokens 256 --memory-tokens 64 --answer-tokens 48 --greedy --dtype $(MIX_DTYPE) --num-samples 48 \
 	--data-seed 1 --batch-size 48
 MIX_SHORT := 512 2048
 MIX_LONG := 8192 32768

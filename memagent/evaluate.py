@@ -211,17 +211,27 @@ def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedMod
 LATER_SETTINGS = {"gates": "none", "gate_decoding": "constrained"}
 """Settings added after some runs were recorded: a run_config.json without one ran with this value."""
 
+UNRECORDED_BEFORE = frozenset({"dtype"})
+"""Settings older run_config.json files did not record and whose value then is unknown: not checked there."""
+
 
 def check_run_config(out: Path, current: dict[str, Any]) -> None:
-    """Refuse to mix traces made with different settings into one table (resume needs the same run)."""
+    """Refuse to mix traces made with different settings into one table (resume needs the same run).
+
+    The weights' dtype is one of them: `--dtype auto` is bfloat16 on a CPU or GPU with native bf16 and float32
+    elsewhere, and greedy decoding in the two parts ways (docs/evaluation.md), so a cell started on one machine
+    class is not resumed in the other's arithmetic.
+    """
     path = out / "run_config.json"
     if path.exists():
         before = json.loads(path.read_text())
         changed = {k: (before.get(k, LATER_SETTINGS.get(k)), v) for k, v in current.items()
-                   if before.get(k, LATER_SETTINGS.get(k)) != v}
+                   if not (k in UNRECORDED_BEFORE and k not in before)
+                   and before.get(k, LATER_SETTINGS.get(k)) != v}
         if changed:
+            hint = f" (or pass --dtype {changed['dtype'][0]} to resume in its arithmetic)" if "dtype" in changed else ""
             raise SystemExit(f"{out} holds traces of a run with other settings {changed} (old, new); "
-                             "use another --output-dir or delete it")
+                             f"use another --output-dir or delete it{hint}")
     else:
         path.write_text(json.dumps(current, indent=2))
 
@@ -247,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return BUSY_STATUS
     run_config = {"model": evaluated.name, "temperature": evaluated.temperature, "top_p": evaluated.top_p,
-                  "seed": args.seed, "data_seed": args.data_seed, "window": window, **asdict(config)}
+                  "seed": args.seed, "data_seed": args.data_seed, "window": window, "dtype": evaluated.dtype,
+                  **asdict(config)}
     check_run_config(out, run_config)
     traces = TraceFile(out / "traces.jsonl")
     if traces.dropped_partial_line:

@@ -26,6 +26,7 @@ from memagent.evaluation.memory_errors import FateCounts, count_fates, fates_mar
 from memagent.evaluation.mix_figure import draw_mix_figure
 from memagent.evaluation.mix_scores import (
     MIX_LAYOUT,
+    UNRECORDED,
     MixLayout,
     MixScores,
     RowAverage,
@@ -113,6 +114,31 @@ def tables_markdown(scores: MixScores, layout: MixLayout = MIX_LAYOUT) -> str:
         score_table(scores, layout.heldout_tasks, layout.heldout_lengths, layout), caption])
 
 
+def arithmetic_markdown(scores: MixScores, layout: MixLayout = MIX_LAYOUT) -> str:
+    """Which dtype each row's cells were scored in (their run_config.json), flagged when the cells mix dtypes:
+    `--dtype auto` is bfloat16 on a machine with native bf16 and float32 elsewhere, and greedy decoding parts ways
+    between the two (docs/evaluation.md), so a gain read across dtypes mixes the model's change with the
+    arithmetic's."""
+    parts = []
+    for row in layout.rows:
+        by_dtype: dict[str, list[int]] = {}
+        for (name, length), dtype in sorted(scores.dtypes.items(), key=lambda item: item[0][1]):
+            if name == row.name:
+                by_dtype.setdefault(dtype, []).append(length)
+        if by_dtype:
+            listed = ", ".join(f"{dtype} ({', '.join(layout.times(n) for n in lengths)})"
+                               for dtype, lengths in by_dtype.items())
+            parts.append(f"{row.label}: {listed}")
+    if not parts:
+        return ""
+    text = "Weights' dtype of each row's cells (their run_config.json): " + "; ".join(parts) + "."
+    recorded = sorted(set(scores.dtypes.values()) - {UNRECORDED})
+    if len(recorded) > 1:
+        text += (f" **The cells were scored in more than one dtype ({', '.join(recorded)})**: greedy decoding of "
+                 f"the same weights parts ways between them, so compare rows within one dtype.")
+    return text
+
+
 def targets_markdown(checks: list[TargetCheck]) -> str:
     """One bullet per target: verdict, what it asks, and the cells that decided it."""
     lines = ["### Target check (on the RL mean over the seeds)", ""]
@@ -191,8 +217,10 @@ def read_fates(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> list[Fat
 def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: MixLayout = MIX_LAYOUT,
                     fates: list[FateCounts] | None = None) -> str:
     """The whole report: tables, target check, where the golds went, training curves."""
-    parts = ["## MemAgent's evaluation in small: SmolLM2-135M-Instruct, smollm2-mix", tables_markdown(scores, layout),
-             targets_markdown(check_targets(scores, layout))]
+    parts = ["## MemAgent's evaluation in small: SmolLM2-135M-Instruct, smollm2-mix", tables_markdown(scores, layout)]
+    if arithmetic := arithmetic_markdown(scores, layout):
+        parts.append(arithmetic)
+    parts.append(targets_markdown(check_targets(scores, layout)))
     if fates:
         parts += ["### Where the golds went (training tasks, percent of golds; docs/evaluation.md)",
                   fates_markdown(fates)]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -68,11 +68,18 @@ MIX_LAYOUT = MixLayout()
 """Issue 24's grid: the smollm2-mix tasks, 48 questions per cell (the Makefile's smollm2-mix evaluation)."""
 
 
+UNRECORDED = "unrecorded"
+"""The dtype of a cell whose run_config.json predates evaluate.py recording it (or that has none)."""
+
+
 @dataclass(frozen=True)
 class MixScores:
     """The cells found under one eval dir, keyed by (row name, task, length)."""
 
     cells: dict[tuple[str, str, int], ResultRow]
+    dtypes: dict[tuple[str, int], str] = field(default_factory=dict)
+    """The weights' dtype each `{row}-{length}` dir's run recorded ("float32", "bfloat16", or UNRECORDED): greedy
+    decoding of the same weights parts ways between dtypes, so rows compare like for like only within one."""
 
     def cell(self, row: MixRow, task: str, length: int) -> ResultRow | None:
         """The row's score on the task at that length, or None when no question of it was scored yet."""
@@ -125,6 +132,7 @@ def read_mix_scores(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> Mix
         raise ValueError(f"--eval-dir {eval_dir}: not a directory")
     rows = {row.name: row for row in layout.rows}
     cells: dict[tuple[str, str, int], ResultRow] = {}
+    dtypes: dict[tuple[str, int], str] = {}
     for directory in sorted(eval_dir.iterdir()):
         name, _, length = directory.name.rpartition("-")
         traces = directory / "traces.jsonl"
@@ -133,7 +141,19 @@ def read_mix_scores(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> Mix
         records = [r for r in read_traces(traces) if r.get("method") == rows[name].method]
         for result in aggregate(records):
             cells[(name, result.source, result.length)] = result
-    return MixScores(cells)
+        dtypes[(name, int(length))] = recorded_dtype(directory / "run_config.json")
+    return MixScores(cells, dtypes)
+
+
+def recorded_dtype(run_config: Path) -> str:
+    """The "dtype" evaluate.py recorded in a cell's run_config.json, or UNRECORDED."""
+    if not run_config.is_file():
+        return UNRECORDED
+    try:
+        recorded = json.loads(run_config.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{run_config}: not JSON ({e.msg} at line {e.lineno})") from e
+    return recorded.get("dtype") or UNRECORDED
 
 
 def seed_spread(scores: MixScores, task: str, length: int, layout: MixLayout = MIX_LAYOUT) -> SeedSpread | None:

@@ -63,6 +63,9 @@ class EvaluatedModel:
     """Sampling temperature actually used (0 with --greedy)."""
     top_p: float
     """Nucleus mass actually used."""
+    dtype: str | None
+    """The local weights' (and so the arithmetic's) dtype, e.g. "float32" once `--dtype auto` resolved; None for
+    an API model."""
 
 
 def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
@@ -82,16 +85,19 @@ def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
                             tokenizer=tokenizer, seed=args.seed, concurrency=args.concurrency,
                             retries=args.retries, timeout=args.timeout,
                             backoff=args.backoff)
-        return EvaluatedModel(llm, tokenizer, args.api_model, config_window(tokenizer_dir), temperature, top_p)
+        return EvaluatedModel(llm, tokenizer, args.api_model, config_window(tokenizer_dir), temperature, top_p,
+                              dtype=None)
     if not args.model:
         raise SystemExit("pass --model DIR (a local model) or --api-base URL --api-model NAME (an online one)")
     model = load_model(args.model, dtype=args.dtype, device=args.device).eval()
     tokenizer = load_tokenizer(args.model)
-    device = next(model.parameters()).device
+    first = next(model.parameters())
+    device = first.device
     generator = torch.Generator(device=device).manual_seed(args.seed)
     llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=temperature, top_p=top_p),
                    generator=generator, kv_cache_budget_bytes=args.kv_cache_budget_gb * 2**30)
-    return EvaluatedModel(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p)
+    return EvaluatedModel(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p,
+                          dtype=str(first.dtype).removeprefix("torch."))
 
 
 def config_window(directory: str | Path) -> int | None:

@@ -138,6 +138,29 @@ def test_resume_with_other_settings_is_refused(evaluate, tiny_model_dir, tmp_pat
         evaluate.main(evaluate_argv(tiny_model_dir, out, "--memory-tokens", "7"))
 
 
+def test_resume_in_other_arithmetic_is_refused_naming_the_dtypes(evaluate, tiny_model_dir, tmp_path):
+    # `--dtype auto` resolves per machine (bfloat16 where bf16 matmuls are native, else float32), and greedy decoding
+    # of the same weights parts ways between the two: a cell resumed on another machine class must not mix them.
+    out = tmp_path / "run"
+    evaluate.main(evaluate_argv(tiny_model_dir, out, "--limit", "1", "--dtype", "float32"))
+    assert json.loads((out / "run_config.json").read_text())["dtype"] == "float32"
+    with pytest.raises(SystemExit, match=r"'dtype': \('float32', 'bfloat16'\).*--dtype float32"):
+        evaluate.main(evaluate_argv(tiny_model_dir, out, "--dtype", "bfloat16"))
+    assert len(read_traces(out)) == 1
+
+
+def test_a_run_config_from_before_dtypes_were_recorded_resumes_unchecked(evaluate, tiny_model_dir, tmp_path):
+    out = tmp_path / "run"
+    evaluate.main(evaluate_argv(tiny_model_dir, out, "--limit", "1"))
+    path = out / "run_config.json"
+    recorded = json.loads(path.read_text())
+    del recorded["dtype"]
+    path.write_text(json.dumps(recorded))
+    assert evaluate.main(evaluate_argv(tiny_model_dir, out, "--dtype", "bfloat16")) == 0
+    assert len(read_traces(out)) == 3
+    assert "dtype" not in json.loads(path.read_text())  # its first traces' arithmetic stays unknown, not relabelled
+
+
 def test_unreachable_api_counts_every_sample_as_a_failure_in_the_denominator(evaluate, tiny_model_dir, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from memagent.evaluation.mix_report import (
+    arithmetic_markdown,
     cli,
     curves_markdown,
     main,
@@ -144,6 +145,27 @@ def test_a_broken_line_inside_the_file_names_the_file_and_line(tmp_path) -> None
     path.write_text('{"a": 1}\nnot json\n{"a": 2}\n')
     with pytest.raises(ValueError, match=r"traces.jsonl:2: not a JSON trace record"):
         read_traces(path)
+
+
+def test_each_cell_reports_the_dtype_its_run_recorded_and_a_mix_of_dtypes_is_flagged(tmp_path) -> None:
+    for row, length, dtype in [("untrained", 512, "float32"), ("seed0", 512, "bfloat16"), ("seed0", 32768, None)]:
+        write_cell(tmp_path, row, "niah_single_1", length, [1.0, 0.0])
+        recorded = {"model": row} if dtype is None else {"model": row, "dtype": dtype}
+        (tmp_path / f"{row}-{length}" / "run_config.json").write_text(json.dumps(recorded))
+    scores = read_mix_scores(tmp_path, SMALL)
+    assert scores.dtypes == {("untrained", 512): "float32", ("seed0", 512): "bfloat16",
+                             ("seed0", 32768): "unrecorded"}
+    text = arithmetic_markdown(scores, SMALL)
+    assert "untrained: float32 (1x)" in text
+    assert "seed 0: bfloat16 (1x), unrecorded (64x)" in text
+    assert "more than one dtype (bfloat16, float32)" in text
+
+
+def test_cells_in_one_dtype_are_not_flagged(tmp_path) -> None:
+    for row in ("untrained", "seed0"):
+        write_cell(tmp_path, row, "niah_single_1", 512, [1.0])
+        (tmp_path / f"{row}-512" / "run_config.json").write_text(json.dumps({"dtype": "float32"}))
+    assert "more than one dtype" not in arithmetic_markdown(read_mix_scores(tmp_path, SMALL), SMALL)
 
 
 # Target checks -----------------------------------------------------------------------------------------------------
