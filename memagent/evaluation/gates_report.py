@@ -20,6 +20,7 @@ from pathlib import Path
 
 from memagent.evaluation.mix_report import (
     MISSING,
+    arithmetic_markdown,
     parse_report_args,
     report_parser,
     run_report,
@@ -192,8 +193,10 @@ def report_markdown(scores: MixScores, target_n: int = UNGATED.target_n,
         f"document's chunks the gated policy read before answering. KEEP/UPDATE/ANSWER: shares of the gated "
         f"decisions (UPDATE includes unparsed). s/q: wall seconds per question. Shares and seconds: mean over seeds.")
     title = f"## {gated_seeds[0].label.removesuffix(' seed 0').capitalize()} against ungated memory: SmolLM2-135M-Instruct"
-    return "\n\n".join([title, comparison_table(scores, target_n, gated_seeds), caption,
-                        target_markdown(scores, target_n, gated_seeds)]) + "\n"
+    parts = [title, comparison_table(scores, target_n, gated_seeds), caption]
+    if arithmetic := arithmetic_markdown(scores, MixLayout(seeds=(*SEED_ROWS, *gated_seeds))):
+        parts.append(arithmetic)
+    return "\n\n".join([*parts, target_markdown(scores, target_n, gated_seeds)]) + "\n"
 
 
 def draw_gates_figure(scores: MixScores, out: str | Path, gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> Path:

@@ -160,6 +160,15 @@ def test_cli_writes_the_table_the_cell_verdicts_and_the_overall_one(tmp_path) ->
     assert row_of(text.split("\n\n")[1], "8192 (16x)")["ratio"] == "4.00x"
 
 
+def test_the_report_flags_gated_and_ungated_cells_scored_in_different_dtypes(tmp_path) -> None:
+    write_pair(tmp_path / "eval", 8192, 0.5, 0.5, 4.0)
+    for row, dtype in (("seed0", "float32"), ("gates-seed0", "bfloat16")):
+        (tmp_path / "eval" / f"{row}-8192" / "run_config.json").write_text(json.dumps({"dtype": dtype}))
+    text = main(["--eval-dir", str(tmp_path / "eval"), "--target-n", "2"])
+    assert "seed 0: float32 (16x)" in text
+    assert "more than one dtype (bfloat16, float32)" in text
+
+
 def test_figure_file_is_written_when_matplotlib_is_present(tmp_path) -> None:
     pytest.importorskip("matplotlib")
     write_pair(tmp_path / "eval", 8192, 0.5, 0.5, 4.0)
