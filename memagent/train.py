@@ -272,7 +272,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                          [kept.questions[t.sample_index].answers for t in kept.trajectories])
         if (cfg.run.save_every and step % cfg.run.save_every == 0) or step == cfg.run.steps:
             save_checkpoint(learner, setup.tokenizer, out, step, {"position": stream.position,
-                            "before": state["before"], "config": asdict(cfg)}, setup.generator, keep=cfg.run.keep_checkpoints,
+                            "before": state["before"], "config": asdict(cfg), "arithmetic": setup.arithmetic},
+                            setup.generator, keep=cfg.run.keep_checkpoints,
                             merged_dtype=getattr(torch, cfg.model.lora_merged_dtype))
     after = evaluate(setup) if setup.heldout else {}
     if learner.rank == 0 and after:

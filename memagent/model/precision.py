@@ -99,6 +99,13 @@ def training_autocast(mode: str, device: torch.device, parameter_dtype: torch.dt
     return autocast_dtype(mode, device) if parameter_dtype == torch.float32 else None
 
 
+def arithmetic_name(parameter_dtype: torch.dtype, autocast_dtype: torch.dtype | None) -> str:
+    """How a run's forwards compute, in words for checkpoints and warnings: "float32", or "float32 weights,
+    bfloat16 autocast"."""
+    weights = str(parameter_dtype).removeprefix("torch.")
+    return weights if autocast_dtype is None else f"{weights} weights, {str(autocast_dtype).removeprefix('torch.')} autocast"
+
+
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
     """`torch.autocast(device.type, dtype)`, or a no-op context when dtype is None."""
     if dtype is None:

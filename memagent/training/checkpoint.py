@@ -86,6 +86,20 @@ under which the arithmetic is the same (micro-batches sum to the same gradient, 
 Anything else changes what the resumed steps optimise."""
 
 
+def warn_if_arithmetic_changed(checkpoint: Path, arithmetic: str) -> None:
+    """Warn when a run resumes in other arithmetic than its checkpoint recorded (trainer_state.json "arithmetic").
+
+    `model.autocast auto` is bf16 where the device multiplies bf16 natively and off elsewhere, so the same command
+    resumed on another machine class trains its remaining steps in other arithmetic: allowed (a run may have to
+    move), but its curve is no longer one arithmetic's, so it is said. A checkpoint from before the record is silent.
+    """
+    saved = json.loads((checkpoint / "trainer_state.json").read_text()).get("arithmetic")
+    if saved is not None and saved != arithmetic:
+        warnings.warn(f"{checkpoint} was trained in {saved}; this run resumes in {arithmetic} (model.autocast auto "
+                      f"resolves per machine): the steps from here on compute otherwise. To keep the checkpoint's "
+                      f"arithmetic, set model.autocast explicitly (with --run.allow-config-change true)", stacklevel=2)
+
+
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     """{"run": {"steps": 8}} -> {"run.steps": 8}; tuples and lists compare alike."""
     out: dict[str, Any] = {}

@@ -35,9 +35,15 @@ from memagent.data.mix import make_task_mix, parse_task_mix
 from memagent.model import load_model, load_tokenizer
 from memagent.model.compiled import compile_elementwise
 from memagent.model.lora import AdaptersOff, apply_lora
-from memagent.model.precision import storage_dtype, training_autocast
+from memagent.model.precision import arithmetic_name, storage_dtype, training_autocast
 from memagent.records import Sample
-from memagent.training.checkpoint import config_changes, list_checkpoints, resolve_resume, saved_config
+from memagent.training.checkpoint import (
+    config_changes,
+    list_checkpoints,
+    resolve_resume,
+    saved_config,
+    warn_if_arithmetic_changed,
+)
 from memagent.training.learner import (
     Learner,
     dist_env,
@@ -83,6 +89,8 @@ class TrainingSetup:
     resume_from: Path | None
     autocast_dtype: torch.dtype | None = None
     """bf16 autocast of rollout, log-prob and update forwards over the fp32 weights (memagent.model.precision)."""
+    arithmetic: str = "float32"
+    """The weights' dtype and autocast in words (precision.arithmetic_name), recorded in each checkpoint."""
 
 
 def writable_output_dir(path: str | Path) -> Path:
@@ -196,6 +204,8 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
     # fp32 masters unless DeepSpeed; a LoRA base is frozen, so it may be stored in bf16
     dtype = storage_dtype(cfg.model.dtype, device, deepspeed=bool(deepspeed_path), frozen_base=lora)
     amp = training_autocast(cfg.model.autocast, device, dtype)
+    if resume_from is not None and rank == 0:
+        warn_if_arithmetic_changed(resume_from, arithmetic_name(dtype, amp))
     warm_dir = out / "warm_start"
     base = warm_dir if lora and resume_from is not None and (warm_dir / "config.json").is_file() else path
     model = load_model(base, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
@@ -227,4 +237,5 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
         compile_elementwise(model)
     generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
     learner = make_learner(model, cfg.optim, device, deepspeed_path, dtype)
-    return TrainingSetup(cfg, learner, tokenizer, train, heldout, generator, device, reference, resume_from, amp)
+    return TrainingSetup(cfg, learner, tokenizer, train, heldout, generator, device, reference, resume_from, amp,
+                         arithmetic_name(dtype, amp))

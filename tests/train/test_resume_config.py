@@ -5,6 +5,7 @@ that leave the optimisation unchanged (steps, output cadence, memory knobs)."""
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -83,3 +84,26 @@ def test_a_checkpoint_from_before_the_config_was_recorded_as_a_dict_is_checked_a
     state_file.write_text(json.dumps(state))
     with pytest.raises(ValueError, match=r"optim.lr: 0.001 -> 0.002"):
         smoke(out, model_dir, "--run.steps", "2", "--optim.lr", "0.002", "--resume", "latest")
+
+
+def test_resuming_on_a_machine_where_autocast_auto_resolves_otherwise_warns_naming_both_arithmetics(
+        tmp_path: Path, model_dir: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `model.autocast auto` is bf16 on a CPU with native bf16 and off elsewhere: the same command resumed on the
+    # other machine class trains the rest of the run in other arithmetic. The two machine classes are simulated.
+    from memagent.model import precision
+
+    out = tmp_path / "run"
+    monkeypatch.setattr(precision, "device_supports_bf16", lambda device: True)
+    smoke(out, model_dir, "--run.steps", "1", "--model.autocast", "auto")
+    state = json.loads((out / "checkpoints" / "step_000001" / "trainer_state.json").read_text())
+    assert state["arithmetic"] == "float32 weights, bfloat16 autocast"
+    monkeypatch.setattr(precision, "device_supports_bf16", lambda device: False)
+    with pytest.warns(UserWarning, match=r"trained in float32 weights, bfloat16 autocast.*resumes in float32"):
+        smoke(out, model_dir, "--run.steps", "2", "--model.autocast", "auto", "--resume", "latest")
+    assert [r["step"] for r in records(out) if "rollout/reward" in r] == [1, 2]
+    assert json.loads((out / "checkpoints" / "step_000002" / "trainer_state.json").read_text())["arithmetic"] == (
+        "float32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        smoke(out, model_dir, "--run.steps", "3", "--model.autocast", "auto", "--resume", "latest")
+    assert not [w for w in caught if "resumes in" in str(w.message)]  # the same arithmetic again: nothing to say
