@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from memagent.evaluation.figures import read_training_curve
+from memagent.evaluation.hedging import HedgeCounts, count_hedging, hedging_markdown
 from memagent.evaluation.memory_errors import FateCounts, count_fates, fates_markdown
 from memagent.evaluation.mix_figure import draw_mix_figure
 from memagent.evaluation.mix_scores import (
@@ -214,9 +215,21 @@ def read_fates(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> list[Fat
     return cells
 
 
+def read_hedging(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> list[HedgeCounts]:
+    """Hedged answers (memagent.evaluation.hedging) in every MemAgent row's cell under eval_dir, labelled
+    "{row label}, {length}x", for the tasks whose golds have a shape; cells not evaluated yet are left out."""
+    cells = []
+    for length in sorted({*layout.train_lengths, *layout.heldout_lengths}):
+        for row in layout.rows:
+            traces = Path(eval_dir) / f"{row.name}-{length}" / "traces.jsonl"
+            if row.method == "memagent" and traces.is_file():
+                cells += count_hedging(f"{row.label}, {layout.times(length)}", read_traces(traces))
+    return cells
+
+
 def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: MixLayout = MIX_LAYOUT,
-                    fates: list[FateCounts] | None = None) -> str:
-    """The whole report: tables, target check, where the golds went, training curves."""
+                    fates: list[FateCounts] | None = None, hedging: list[HedgeCounts] | None = None) -> str:
+    """The whole report: tables, target check, where the golds went, hedged answers, training curves."""
     parts = ["## MemAgent's evaluation in small: SmolLM2-135M-Instruct, smollm2-mix", tables_markdown(scores, layout)]
     if arithmetic := arithmetic_markdown(scores, layout):
         parts.append(arithmetic)
@@ -224,6 +237,9 @@ def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: Mix
     if fates:
         parts += ["### Where the golds went (training tasks, percent of golds; docs/evaluation.md)",
                   fates_markdown(fates)]
+    if hedging:
+        parts += ["### Answers that name other values beside the golds (memagent.evaluation.hedging)",
+                  hedging_markdown(hedging)]
     parts += [curves_markdown(c) for c in curves]
     return "\n\n".join(parts) + "\n"
 
@@ -266,7 +282,8 @@ def main(argv: list[str] | None = None) -> str:
             print(f"skipping --runs {run}: not a directory", file=sys.stderr)
             continue
         curves.append(read_curves(run, layout.train_tasks))
-    text = report_markdown(scores, curves, layout, read_fates(args.eval_dir, layout))
+    text = report_markdown(scores, curves, layout, read_fates(args.eval_dir, layout),
+                           read_hedging(args.eval_dir, layout))
     write_markdown(text, args.markdown)
     if args.figure:
         print(f"wrote {draw_mix_figure(scores, args.figure, layout)}", file=sys.stderr)
