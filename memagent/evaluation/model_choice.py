@@ -37,7 +37,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--backoff", type=float, default=1.0, help="first retry delay in seconds (doubles each retry)")
     g.add_argument("--device", default=None, help="torch device for --model (default: cuda if available)")
     g.add_argument("--dtype", default=None,
-                   help="float32 (default), bfloat16, float16 or auto (bfloat16 where bf16 matmuls are native)")
+                   help="float32 (default), bfloat16, float16 or auto (bfloat16 where bf16 matmuls are native); "
+                        "evaluate.py records the resolved one and resumes a directory only in it")
     g.add_argument("--kv-cache-budget-gb", type=float, default=0.0,
                    help="GiB of KV cache one generate call may hold for --model; calls are cut to fit (0 = none)")
     s = parser.add_argument_group("sampling (MemAgent's evaluation defaults)")
