@@ -111,3 +111,12 @@ def test_cli_prints_a_row_per_directory_and_task_and_names_a_directory_without_t
                                                               "0.0", "100.0", "1.0"]
     with pytest.raises(SystemExit, match="nothing: no traces.jsonl"):
         main([str(tmp_path / "nothing")])
+
+
+@given(st.lists(st.sampled_from(["1111111", "2222222", "3333333", "11111112", " ", ", ", "x"]), max_size=12),
+       st.lists(st.sampled_from(["1111111", "2222222", "3333333"]), min_size=1, max_size=3, unique=True))
+def test_the_first_k_reading_never_credits_more_than_rulers_string_match_all(pieces, golds) -> None:
+    from memagent.verify.ruler import string_match_all
+
+    answer = "".join(pieces)
+    assert first_k_score(answer, golds) <= string_match_all(answer, golds)
