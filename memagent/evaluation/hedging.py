@@ -96,11 +96,12 @@ class HedgeCounts:
     """Mean count of other values per answer."""
 
 
-def count_hedging(row: str, traces: Sequence[dict[str, Any]]) -> list[HedgeCounts]:
-    """Hedging per task of one directory's MemAgent traces, for the tasks whose golds have a shape (sorted)."""
+def count_hedging(row: str, traces: Sequence[dict[str, Any]], method: str = "memagent") -> list[HedgeCounts]:
+    """Hedging per task of one directory's traces of `method` ("memagent" or "full-context"), for the tasks whose
+    golds have a shape (sorted)."""
     by_task: dict[str, list[tuple[float, list[str], float]]] = {}
     for t in traces:
-        if t.get("method", "memagent") != "memagent":
+        if t.get("method", "memagent") != method:
             continue
         answer = (t.get("extracted") if t.get("extracted") is not None else t["answer"]) or ""
         others = other_values(answer, t["golds"], t.get("question", ""))
@@ -131,12 +132,13 @@ def main(argv: list[str] | None = None) -> str:
     """Print (and return) the hedging table of the evaluate.py output directories given."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dirs", nargs="+", help="evaluate.py output directories (each with a traces.jsonl)")
+    parser.add_argument("--method", default="memagent", help="the traces' method: memagent or full-context")
     args = parser.parse_args(argv)
     counts: list[HedgeCounts] = []
     for d in map(Path, args.dirs):
         if not (d / "traces.jsonl").is_file():
             raise SystemExit(f"{d}: no traces.jsonl (not an evaluate.py output directory)")
-        counts += count_hedging(d.name, read_traces(d / "traces.jsonl"))
+        counts += count_hedging(d.name, read_traces(d / "traces.jsonl"), args.method)
     text = hedging_markdown(counts)
     print(text)
     return text

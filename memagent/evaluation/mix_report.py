@@ -216,14 +216,15 @@ def read_fates(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> list[Fat
 
 
 def read_hedging(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> list[HedgeCounts]:
-    """Hedged answers (memagent.evaluation.hedging) in every MemAgent row's cell under eval_dir, labelled
-    "{row label}, {length}x", for the tasks whose golds have a shape; cells not evaluated yet are left out."""
+    """Hedged answers (memagent.evaluation.hedging) in every row's cell under eval_dir, the full-context baseline's
+    too, labelled "{row label}, {length}x", for the tasks whose golds have a shape; cells not evaluated yet are left
+    out."""
     cells = []
     for length in sorted({*layout.train_lengths, *layout.heldout_lengths}):
         for row in layout.rows:
             traces = Path(eval_dir) / f"{row.name}-{length}" / "traces.jsonl"
-            if row.method == "memagent" and traces.is_file():
-                cells += count_hedging(f"{row.label}, {layout.times(length)}", read_traces(traces))
+            if traces.is_file():
+                cells += count_hedging(f"{row.label}, {layout.times(length)}", read_traces(traces), row.method)
     return cells
 
 

@@ -327,7 +327,7 @@ def test_where_the_golds_went_covers_memagent_rows_of_training_tasks_only(tmp_pa
     assert table_cells(text, "niah_single_1", "seed 0, 64x")[:2] == ["1", "100.0"]
 
 
-def test_hedged_answers_cover_memagent_rows_at_every_length_and_reach_the_report(tmp_path) -> None:
+def test_hedged_answers_cover_every_row_with_its_own_method_and_reach_the_report(tmp_path) -> None:
     from memagent.evaluation.mix_report import read_hedging, report_markdown
 
     write_cell(tmp_path, "seed0", "niah_single_1", 512, [1.0, 0.0])  # answer "7", gold "7": nothing else named
@@ -335,7 +335,8 @@ def test_hedged_answers_cover_memagent_rows_at_every_length_and_reach_the_report
     write_cell(tmp_path, "untrained", "vt", 512, [1.0])  # a held-out task, gold "7" here: it has a shape
     hedging = read_hedging(tmp_path, SMALL)
     assert [(c.row, c.task, c.n, c.score, c.hedged) for c in hedging] == [
-        ("untrained, 1x", "vt", 1, 100.0, 0.0), ("seed 0, 1x", "niah_single_1", 2, 50.0, 0.0)]
+        ("untrained, 1x", "vt", 1, 100.0, 0.0), ("full-context, 1x", "niah_single_1", 1, 100.0, 0.0),
+        ("seed 0, 1x", "niah_single_1", 2, 50.0, 0.0)]
     text = report_markdown(read_mix_scores(tmp_path, SMALL), [], SMALL, hedging=hedging)
     assert table_cells(text, "niah_single_1", "seed 0, 1x")[:3] == ["2", "50.0", "0.0"]
 
