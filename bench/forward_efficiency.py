@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from memagent.model import load_model  # noqa: E402
 from memagent.model.logprobs import token_logprobs  # noqa: E402
-from memagent.model.precision import autocast, autocast_dtype  # noqa: E402
+from memagent.model.precision import autocast, autocast_dtype, dtype_name  # noqa: E402
 
 SMOLLM2 = ROOT / "models" / "smollm2-135m-instruct"
 QWEN_0_5B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
@@ -164,7 +164,7 @@ def measure(name: str, args: argparse.Namespace, device, amp: torch.dtype | None
                 * args.decode_batch * (2 if amp is not None else 4))
     bandwidth = copy_bandwidth(device, args.repeats)
     decode_rate = (weight_bytes + kv_bytes) / best_time(decode_step, args.repeats)
-    label = str(dtype).removeprefix("torch.")
+    label = dtype_name(dtype)
     print(f"| {name} | {label} | {prefill_rate / 1e9:.0f} | {fb_rate / 1e9:.0f} | {peak / 1e9:.0f} | "
           f"{100 * prefill_rate / peak:.0f}% | {100 * fb_rate / peak:.0f}% | {decode_rate / 1e9:.1f} | "
           f"{bandwidth / 1e9:.1f} | {100 * decode_rate / bandwidth:.0f}% |", flush=True)

@@ -72,6 +72,7 @@ class EvaluatedModel:
 def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
     """Load the local model or connect the API client, per the flags of `add_model_args`."""
     from memagent.model import load_model, load_tokenizer
+    from memagent.model.precision import dtype_name
 
     temperature = 0.0 if args.greedy else args.temperature
     top_p = 1.0 if args.greedy else args.top_p
@@ -98,7 +99,7 @@ def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
     llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=temperature, top_p=top_p),
                    generator=generator, kv_cache_budget_bytes=args.kv_cache_budget_gb * 2**30)
     return EvaluatedModel(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p,
-                          dtype=str(first.dtype).removeprefix("torch."))
+                          dtype=dtype_name(first.dtype))
 
 
 def config_window(directory: str | Path) -> int | None:

@@ -99,11 +99,16 @@ def training_autocast(mode: str, device: torch.device, parameter_dtype: torch.dt
     return autocast_dtype(mode, device) if parameter_dtype == torch.float32 else None
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """torch.bfloat16 -> "bfloat16": the spelling of `--dtype` and of records."""
+    return str(dtype).removeprefix("torch.")
+
+
 def arithmetic_name(parameter_dtype: torch.dtype, autocast_dtype: torch.dtype | None) -> str:
     """How a run's forwards compute, in words for checkpoints and warnings: "float32", or "float32 weights,
     bfloat16 autocast"."""
-    weights = str(parameter_dtype).removeprefix("torch.")
-    return weights if autocast_dtype is None else f"{weights} weights, {str(autocast_dtype).removeprefix('torch.')} autocast"
+    weights = dtype_name(parameter_dtype)
+    return weights if autocast_dtype is None else f"{weights} weights, {dtype_name(autocast_dtype)} autocast"
 
 
 def autocast(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:

@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from memagent.model.lora import load_adapters, lora_modules, merged_state_dict, rounding_loss, save_adapters
+from memagent.model.precision import dtype_name
 from memagent.training.learner import Learner
 
 STEP_DIR = re.compile(r"^step_(\d{6,})$")
@@ -219,7 +220,7 @@ def save_model(module: torch.nn.Module, tokenizer: Any, directory: Path, *,
         save_adapters(module, directory / ADAPTER_FILE)
         if merged_dtype != torch.float32:
             lost = rounding_loss(module, merged_dtype)
-            warnings.warn(f"{directory / 'model'}: merged weights saved in {str(merged_dtype).removeprefix('torch.')} "
+            warnings.warn(f"{directory / 'model'}: merged weights saved in {dtype_name(merged_dtype)} "
                           f"lose {100 * lost:.0f}% of the LoRA update to rounding; {ADAPTER_FILE} beside it is exact",
                           stacklevel=2)
         module.save_pretrained(directory / "model", state_dict=merged_state_dict(module, dtype=merged_dtype),

@@ -204,8 +204,9 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
     # fp32 masters unless DeepSpeed; a LoRA base is frozen, so it may be stored in bf16
     dtype = storage_dtype(cfg.model.dtype, device, deepspeed=bool(deepspeed_path), frozen_base=lora)
     amp = training_autocast(cfg.model.autocast, device, dtype)
+    arithmetic = arithmetic_name(dtype, amp)
     if resume_from is not None and rank == 0:
-        warn_if_arithmetic_changed(resume_from, arithmetic_name(dtype, amp))
+        warn_if_arithmetic_changed(resume_from, arithmetic)
     warm_dir = out / "warm_start"
     base = warm_dir if lora and resume_from is not None and (warm_dir / "config.json").is_file() else path
     model = load_model(base, dtype=dtype, device=device, gradient_checkpointing=cfg.model.gradient_checkpointing)
@@ -238,4 +239,4 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
     generator = torch.Generator(device=device).manual_seed(cfg.run.seed * 1000 + rank)
     learner = make_learner(model, cfg.optim, device, deepspeed_path, dtype)
     return TrainingSetup(cfg, learner, tokenizer, train, heldout, generator, device, reference, resume_from, amp,
-                         arithmetic_name(dtype, amp))
+                         arithmetic)
