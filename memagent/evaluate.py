@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from memagent.cli import run_cli
-from memagent.data import make_task, read_samples
+from memagent.data import TASKS, make_task, read_samples
 from memagent.dirlock import OutputDirBusy, lock_output_dir
 from memagent.evaluation.baseline import full_context_prompt
 from memagent.evaluation.inflight import InflightFile
@@ -91,6 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("pass either --data FILE [FILE ...] or --task NAME [NAME ...] --lengths N [N ...]")
     if args.task and not args.lengths:
         p.error("--task needs --lengths")
+    if unknown := [name for name in args.task if name not in TASKS]:  # before a model load, not after
+        p.error(f"--task: unknown task {unknown[0]!r}; pass one of {', '.join(TASKS)}")
     counts = [("--batch-size", args.batch_size), ("--num-samples", args.num_samples), ("--limit", args.limit),
               ("--window", args.window)] + [("--lengths", n) for n in args.lengths]
     for flag, value in counts:
@@ -241,14 +243,15 @@ def check_run_config(out: Path, current: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    evaluated = build_evaluated_model(args)
     config = WorkflowConfig(chunk_tokens=args.chunk_tokens, memory_tokens=args.memory_tokens,
                           answer_tokens=args.answer_tokens, max_chunks=None,  # evaluation: no truncation
                           section_first=args.section_first, gates=args.gates, gate_decoding=args.gate_decoding)
+    evaluated = build_evaluated_model(args)  # after every argument check: a typo costs no model load
     methods = METHODS[args.baseline]
     window = args.window or evaluated.window
     if FULL_CONTEXT in methods and window is None:
         raise SystemExit("--baseline full-context needs --window (the model config has no max_position_embeddings)")
+    sets = load_sets(args, evaluated)  # a length too short for its task fails here, before the output dir exists
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     try:
@@ -264,7 +267,6 @@ def main(argv: list[str] | None = None) -> int:
     if traces.dropped_partial_line:
         print("traces.jsonl ended in a cut-off line (killed run): dropped it", file=sys.stderr)
 
-    sets = load_sets(args, evaluated)
     wanted: list[TraceKey] = [(es.source, es.length, s.index, m) for es in sets for s in es.samples for m in methods]
     todo = sum(key not in traces.done for key in wanted)
     print(f"{len(wanted)} (sample, method) pairs, {len(wanted) - todo} already done in {traces.path}", flush=True)

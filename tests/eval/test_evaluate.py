@@ -161,6 +161,21 @@ def test_a_run_config_from_before_dtypes_were_recorded_resumes_unchecked(evaluat
     assert "dtype" not in json.loads(path.read_text())  # its first traces' arithmetic stays unknown, not relabelled
 
 
+def test_bad_task_budget_or_length_is_refused_before_the_output_dir_exists(evaluate, tiny_model_dir, tmp_path,
+                                                                              capsys):
+    # A typo should cost no model load and leave no run directory behind (with a run_config.json a later run would
+    # be checked against). The task and budget errors come before the model loads (its directory does not exist).
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit):
+        evaluate.main(evaluate_argv(tmp_path / "no-model", out, "--task", "niah_singel_1"))
+    assert "unknown task 'niah_singel_1'" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
+        evaluate.main(evaluate_argv(tmp_path / "no-model", out, "--chunk-tokens", "0"))
+    with pytest.raises(ValueError, match="target length 10 is too small"):
+        evaluate.main(evaluate_argv(tiny_model_dir, out, "--lengths", "10"))
+    assert not out.exists()
+
+
 def test_unreachable_api_counts_every_sample_as_a_failure_in_the_denominator(evaluate, tiny_model_dir, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
