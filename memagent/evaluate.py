@@ -60,7 +60,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter)
     data = p.add_argument_group("data: files, or generated tasks")
     data.add_argument("--data", nargs="+", default=[], help="MemAgent / RULER JSON or JSONL files")
-    data.add_argument("--task", nargs="+", default=[], help="task names to generate (memagent.data.TASKS)")
+    data.add_argument("--task", nargs="+", default=[], choices=list(TASKS), metavar="NAME",
+                      help=f"task names to generate: {', '.join(TASKS)}")
     data.add_argument("--lengths", nargs="+", type=int, default=[], help="document tokens per generated task set")
     data.add_argument("--num-samples", type=int, default=8, help="samples per generated (task, length)")
     data.add_argument("--data-seed", type=int, default=0, help="seed of the task generator")
@@ -91,8 +92,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error("pass either --data FILE [FILE ...] or --task NAME [NAME ...] --lengths N [N ...]")
     if args.task and not args.lengths:
         p.error("--task needs --lengths")
-    if unknown := [name for name in args.task if name not in TASKS]:  # before a model load, not after
-        p.error(f"--task: unknown task {unknown[0]!r}; pass one of {', '.join(TASKS)}")
     counts = [("--batch-size", args.batch_size), ("--num-samples", args.num_samples), ("--limit", args.limit),
               ("--window", args.window)] + [("--lengths", n) for n in args.lengths]
     for flag, value in counts:
