@@ -174,10 +174,13 @@ smollm2-gates-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.gates_report --eval-dir runs/mix-eval --gated-rows $(GATES_PREFIX) \
 		--markdown runs/mix-eval/$(GATES_PREFIX)-report.md --figure docs/figures/smollm2_$(subst -,_,$(GATES_PREFIX)).png
 
+# The ledger keeps every cell's score under version control (docs/evaluation.md, "The ledger"): the report reads it
+# beside runs/mix-eval, so the table and figure outlive the run dirs, and writes newly scored cells into it.
+MIX_LEDGER = docs/results/smollm2_mix_cells.json
 smollm2-mix-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \
 		--runs $$(ls -d runs/smollm2-mix-seed*/ 2>/dev/null) --markdown runs/mix-eval/report.md \
-		--figure docs/figures/smollm2_mix.png
+		--figure docs/figures/smollm2_mix.png --ledger $(MIX_LEDGER) --update-ledger
 
 clean:
 	rm -rf $(VENV) $(LATEST) build dist *.egg-info .pytest_cache .hypothesis

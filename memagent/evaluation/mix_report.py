@@ -14,6 +14,7 @@ except the --markdown and --figure paths it is given.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import statistics
 import sys
@@ -25,6 +26,7 @@ from memagent.evaluation.figures import read_training_curve
 from memagent.evaluation.hedging import HedgeCounts, count_hedging, hedging_markdown
 from memagent.evaluation.memory_errors import FateCounts, count_fates, fates_markdown
 from memagent.evaluation.mix_figure import draw_mix_figure
+from memagent.evaluation.mix_ledger import read_ledger, updated_ledger, with_ledger, write_ledger
 from memagent.evaluation.mix_scores import (
     MIX_LAYOUT,
     UNRECORDED,
@@ -274,9 +276,22 @@ def main(argv: list[str] | None = None) -> str:
     """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
     parser = report_parser(__doc__.split("\n\n")[0], "accuracy against length", MIX_LAYOUT.target_n)
     parser.add_argument("--runs", nargs="*", default=[], help="train.py output dirs (their metrics.jsonl)")
+    parser.add_argument("--ledger", help="JSON file of recorded cells, read beside the traces (docs/evaluation.md)")
+    parser.add_argument("--update-ledger", action="store_true",
+                        help="write the run cells with at least as many questions as recorded into --ledger")
     args = parse_report_args(parser, argv)
+    if args.update_ledger and not args.ledger:
+        parser.error("--update-ledger needs --ledger")
     layout = MixLayout(target_n=args.target_n)
-    scores = read_mix_scores(args.eval_dir, layout)
+    # With a ledger the eval dir may not exist yet: a fresh clone redraws the recorded cells alone.
+    no_runs = args.ledger and not Path(args.eval_dir).exists()
+    scores = MixScores({}) if no_runs else read_mix_scores(args.eval_dir, layout)
+    if args.ledger:
+        ledger = read_ledger(args.ledger)
+        if args.update_ledger:
+            write_ledger(args.ledger, updated_ledger(ledger, scores, datetime.date.today().isoformat()))
+            print(f"updated {args.ledger}", file=sys.stderr)
+        scores = with_ledger(scores, ledger, layout)
     curves = []
     for run in args.runs:
         if not Path(run).is_dir():  # `ls -d runs/smollm2-mix-seed*` also lists the runs' .log files
