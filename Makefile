@@ -125,14 +125,22 @@ MIX_EVAL = --chunk-tokens 256 --memory-tokens 64 --answer-tokens 48 --greedy --d
 MIX_SHORT := 512 2048
 MIX_LONG := 8192 32768
 MIX_RUN = runs/smollm2-mix-seed$(SEED)
+# The ledger keeps every cell's score under version control (docs/evaluation.md, "The ledger"): the report reads it
+# beside runs/mix-eval, so the table and figure outlive the run dirs, and writes newly scored cells into it.
+MIX_LEDGER = docs/results/smollm2_mix_cells.json
 MIX_RL = $(MIX_RUN)/checkpoints/step_000010/model
 # $(call mix_cell,MODEL,ROW,EXTRA FLAGS,TOKENS): one cell directory of one row (held-out tasks at the short lengths).
 # Long cells keep 16 questions in flight (a stop loses at most the round in progress: evaluate.py resumes questions
 # mid-document; one thread prefills at the same rate either way); EXTRA FLAGS come last and win.
+# Tasks the ledger already holds 48 questions of, in the cell's dtype, are not scored again (a model trained again
+# on another machine has its earlier cells there).
 mix_cell = (tasks="$(MIX_TRAIN_TASKS)"; batch=""; case " $(MIX_SHORT) " in *" $(4) "*) \
 		tasks="$$tasks $(MIX_HELDOUT_TASKS)";; *) batch="--batch-size 16";; esac; \
+	tasks=$$($(BIN)/python -m memagent.evaluation.mix_ledger --ledger $(MIX_LEDGER) --row $(2) --length $(4) \
+		--dtype $(MIX_DTYPE) --tasks $$tasks) || exit 1; \
+	if [ -z "$$tasks" ]; then echo "$(2)-$(4): every task recorded in $(MIX_LEDGER)"; else \
 	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(1) $(MIX_EVAL) $$batch $(3) --task $$tasks --lengths $(4) \
-		--output-dir runs/mix-eval/$(2)-$(4))
+		--output-dir runs/mix-eval/$(2)-$(4); fi)
 smollm2-mix: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
 	test -d $(MIX_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset smollm2-mix --run.seed $(SEED) \
@@ -174,9 +182,6 @@ smollm2-gates-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.gates_report --eval-dir runs/mix-eval --gated-rows $(GATES_PREFIX) \
 		--markdown runs/mix-eval/$(GATES_PREFIX)-report.md --figure docs/figures/smollm2_$(subst -,_,$(GATES_PREFIX)).png
 
-# The ledger keeps every cell's score under version control (docs/evaluation.md, "The ledger"): the report reads it
-# beside runs/mix-eval, so the table and figure outlive the run dirs, and writes newly scored cells into it.
-MIX_LEDGER = docs/results/smollm2_mix_cells.json
 smollm2-mix-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \
 		--runs $$(ls -d runs/smollm2-mix-seed*/ 2>/dev/null) --markdown runs/mix-eval/report.md \

@@ -8,11 +8,16 @@ scored more questions (the traces on a tie: they are the newer reading), and `--
 cells back. Only what the tables and targets need is kept (score, n, the weights' dtype, when and from what it was
 recorded); traces stay where they were written.
 
-A ledger is a JSON object {"cells": [...]}, one object per cell with the fields of RecordedCell.
+A ledger is a JSON object {"cells": [...]}, one object per cell with the fields of RecordedCell. Run as a module it
+says which tasks of one cell still need scoring, so `make smollm2-mix` spends no time on cells already recorded:
+
+    python -m memagent.evaluation.mix_ledger --ledger docs/results/smollm2_mix_cells.json --row seed0 \
+        --length 2048 --dtype auto --tasks vt fwe kv_retrieval      # prints the unfinished ones, space separated
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 from dataclasses import dataclass
@@ -20,6 +25,8 @@ from pathlib import Path
 
 from memagent.evaluation.mix_scores import UNRECORDED, MixLayout, MixScores
 from memagent.evaluation.tables import ResultRow
+from memagent.model.loading import resolve_device, resolve_dtype
+from memagent.model.precision import dtype_name
 
 FROM_TRACES = "traces"
 """RecordedCell.origin of a cell the report read from a run's traces.jsonl."""
@@ -121,3 +128,36 @@ def updated_ledger(ledger: list[RecordedCell], scores: MixScores, today: str) ->
             chunks=result.chunks, dtype=scores.dtypes.get((row, length), UNRECORDED), recorded=today,
             origin=FROM_TRACES)
     return list(by_key.values())
+
+
+def unfinished_tasks(ledger: list[RecordedCell], row: str, length: int, tasks: list[str], target_n: int,
+                     dtype: str) -> list[str]:
+    """The tasks, in the given order, without a finished reading for the row at that length: none recorded, fewer
+    than target_n questions, or one scored in another dtype than `dtype` (greedy decoding parts ways between dtypes;
+    a reading whose dtype went unrecorded counts as any)."""
+    finished = {c.task for c in ledger if c.row == row and c.length == length and c.n >= target_n
+                and c.dtype in (dtype, UNRECORDED)}
+    return [task for task in tasks if task not in finished]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Print the unfinished tasks of one cell, space separated (an empty line when every task is recorded)."""
+    parser = argparse.ArgumentParser(description="The tasks of one cell the ledger has no finished reading of.")
+    parser.add_argument("--ledger", required=True, help="the ledger JSON (an absent file is an empty ledger)")
+    parser.add_argument("--row", required=True, help="row directory prefix: untrained, baseline, seed0, ...")
+    parser.add_argument("--length", type=int, required=True, help="document tokens")
+    parser.add_argument("--tasks", nargs="+", required=True, help="the cell's tasks")
+    parser.add_argument("--dtype", default="auto", help="evaluate.py's --dtype; auto is resolved as evaluate.py does")
+    parser.add_argument("--device", default=None, help="evaluate.py's --device (resolves --dtype auto)")
+    parser.add_argument("--target-n", type=int, default=48, help="questions in a finished reading")
+    args = parser.parse_args(argv)
+    try:
+        dtype = dtype_name(resolve_dtype(args.dtype, resolve_device(args.device)))
+        print(" ".join(unfinished_tasks(read_ledger(args.ledger), args.row, args.length, args.tasks, args.target_n,
+                                        dtype)))
+    except ValueError as e:
+        parser.error(str(e))
+
+
+if __name__ == "__main__":
+    main()

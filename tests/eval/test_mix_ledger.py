@@ -1,6 +1,7 @@
 """The ledger of the mix evaluation (issue 24; docs/evaluation.md, "The ledger"): recorded cells fill the table
 where no run dir has them, the reading with more questions wins a cell, --update-ledger puts run cells in and keeps
-unchanged ones as they were, the report redraws from the ledger alone, and a malformed ledger is refused by name.
+unchanged ones as they were, the report redraws from the ledger alone, a malformed ledger is refused by name, and
+the query `make smollm2-mix` asks names the tasks still to score.
 Every input is a small traces.jsonl or ledger written here."""
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from memagent.evaluation.mix_ledger import (
     FROM_TRACES,
     RecordedCell,
     read_ledger,
+    unfinished_tasks,
     updated_ledger,
     with_ledger,
     write_ledger,
 )
+from memagent.evaluation.mix_ledger import main as ledger_main
 from memagent.evaluation.mix_report import cli, main, score_table
 from memagent.evaluation.mix_scores import read_mix_scores
 from tests.eval.test_mix_report import SMALL, table_cells, write_cell
@@ -102,3 +105,29 @@ def test_cli_redraws_from_the_ledger_alone_and_updates_it_from_runs(tmp_path, ca
 def test_without_a_ledger_a_missing_eval_dir_is_still_an_error(tmp_path) -> None:
     with pytest.raises(ValueError, match="not a directory"):
         main(["--eval-dir", str(tmp_path / "none")])
+
+
+def test_unfinished_tasks_are_those_missing_partial_or_scored_in_another_dtype() -> None:
+    ledger = [recorded("seed0", 50.0, 48, task="niah_single_1"), recorded("seed0", 50.0, 47, task="vt"),
+              recorded("seed0", 50.0, 48, task="fwe", dtype="bfloat16"),
+              recorded("seed0", 50.0, 48, task="kv_retrieval", dtype="unrecorded"),
+              recorded("seed1", 50.0, 48, task="niah_multiquery"),
+              recorded("seed0", 50.0, 48, task="niah_multiquery", length=2048)]
+    tasks = ["niah_multiquery", "niah_single_1", "vt", "fwe", "kv_retrieval"]
+    assert unfinished_tasks(ledger, "seed0", 512, tasks, 48, "float32") == ["niah_multiquery", "vt", "fwe"]
+    assert unfinished_tasks(ledger, "seed0", 512, tasks, 47, "bfloat16") == ["niah_multiquery", "niah_single_1", "vt"]
+
+
+def test_the_query_prints_the_unfinished_tasks_and_refuses_a_bad_dtype(tmp_path, capsys) -> None:
+    ledger = tmp_path / "ledger.json"
+    write_ledger(ledger, [recorded("seed0", 50.0, 48, task="vt")])
+    ledger_main(["--ledger", str(ledger), "--row", "seed0", "--length", "512", "--dtype", "float32",
+                 "--device", "cpu", "--tasks", "vt", "fwe"])
+    assert capsys.readouterr().out == "fwe\n"
+    ledger_main(["--ledger", str(ledger), "--row", "seed0", "--length", "512", "--dtype", "float32",
+                 "--device", "cpu", "--tasks", "vt"])
+    assert capsys.readouterr().out == "\n"
+    with pytest.raises(SystemExit):
+        ledger_main(["--ledger", str(ledger), "--row", "seed0", "--length", "512", "--dtype", "float8",
+                     "--tasks", "vt"])
+    assert "float8" in capsys.readouterr().err
