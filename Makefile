@@ -132,12 +132,13 @@ MIX_RL = $(MIX_RUN)/checkpoints/step_000010/model
 # $(call mix_cell,MODEL,ROW,EXTRA FLAGS,TOKENS): one cell directory of one row (held-out tasks at the short lengths).
 # Long cells keep 16 questions in flight (a stop loses at most the round in progress: evaluate.py resumes questions
 # mid-document; one thread prefills at the same rate either way); EXTRA FLAGS come last and win.
-# Tasks the ledger already holds 48 questions of, in the cell's dtype, are not scored again (a model trained again
-# on another machine has its earlier cells there).
+# Tasks the ledger already holds 48 questions of, of the same weights (their fingerprint) in the same dtype, are not
+# scored again: the base model's rows carry over from machine to machine; a seed trained again is another model, and
+# its cells are all scored again.
 mix_cell = (tasks="$(MIX_TRAIN_TASKS)"; batch=""; case " $(MIX_SHORT) " in *" $(4) "*) \
 		tasks="$$tasks $(MIX_HELDOUT_TASKS)";; *) batch="--batch-size 16";; esac; \
 	tasks=$$($(BIN)/python -m memagent.evaluation.mix_ledger --ledger $(MIX_LEDGER) --row $(2) --length $(4) \
-		--dtype $(MIX_DTYPE) --tasks $$tasks) || exit 1; \
+		--dtype $(MIX_DTYPE) --model $(1) --tasks $$tasks) || exit 1; \
 	if [ -z "$$tasks" ]; then echo "$(2)-$(4): every task recorded in $(MIX_LEDGER)"; else \
 	OMP_NUM_THREADS=1 $(BIN)/python evaluate.py --model $(1) $(MIX_EVAL) $$batch $(3) --task $$tasks --lengths $(4) \
 		--output-dir runs/mix-eval/$(2)-$(4); fi)

@@ -45,6 +45,7 @@ from memagent.evaluation.plot import plot_results
 from memagent.evaluation.scoring import score_answer
 from memagent.evaluation.tables import aggregate, format_cost_table, format_table, results_json
 from memagent.evaluation.traces import BUSY_STATUS, TraceFile, TraceKey
+from memagent.model.loading import weights_fingerprint
 from memagent.progress import progress_bar
 from memagent.records import Sample, Trajectory
 from memagent.rollout.chunking import num_chunks, tokenize_document
@@ -212,7 +213,7 @@ def run_baseline_batch(es: EvalSet, batch: list[Sample], evaluated: EvaluatedMod
 LATER_SETTINGS = {"gates": "none", "gate_decoding": "constrained"}
 """Settings added after some runs were recorded: a run_config.json without one ran with this value."""
 
-UNRECORDED_BEFORE = frozenset({"dtype"})
+UNRECORDED_BEFORE = frozenset({"dtype", "weights"})
 """Settings older run_config.json files did not record and whose value then is unknown: not checked there."""
 
 
@@ -221,7 +222,8 @@ def check_run_config(out: Path, current: dict[str, Any]) -> None:
 
     The weights' dtype is one of them: `--dtype auto` is bfloat16 on a CPU or GPU with native bf16 and float32
     elsewhere, and greedy decoding in the two parts ways (docs/evaluation.md), so a cell started on one machine
-    class is not resumed in the other's arithmetic.
+    class is not resumed in the other's arithmetic. The weights themselves are another (their fingerprint,
+    `weights_fingerprint`): a seed trained again into the same checkpoint path is another model.
     """
     path = out / "run_config.json"
     if path.exists():
@@ -231,6 +233,8 @@ def check_run_config(out: Path, current: dict[str, Any]) -> None:
                    and before.get(k, LATER_SETTINGS.get(k)) != v}
         if changed:
             hint = f" (or pass --dtype {changed['dtype'][0]} to resume in its arithmetic)" if "dtype" in changed else ""
+            if "weights" in changed:
+                hint += " (the weights at --model changed since the cell started: a model trained again is another model)"
             raise SystemExit(f"{out} holds traces of a run with other settings {changed} (old, new); "
                              f"use another --output-dir or delete it{hint}")
     else:
@@ -260,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return BUSY_STATUS
     run_config = {"model": evaluated.name, "temperature": evaluated.temperature, "top_p": evaluated.top_p,
                   "seed": args.seed, "data_seed": args.data_seed, "window": window, "dtype": evaluated.dtype,
-                  **asdict(config)}
+                  "weights": weights_fingerprint(args.model) if args.model else None, **asdict(config)}
     check_run_config(out, run_config)
     traces = TraceFile(out / "traces.jsonl")
     if traces.dropped_partial_line:

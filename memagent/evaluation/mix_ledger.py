@@ -5,14 +5,15 @@ from.
 A cell of the grid costs from minutes (1x) to core-hours (64x) and the grid fills in over many sessions, on machines
 that do not keep `runs/`. The report reads the ledger beside the traces: a cell found in both is taken from whichever
 scored more questions (the traces on a tie: they are the newer reading), and `--update-ledger` writes the merged
-cells back. Only what the tables and targets need is kept (score, n, the weights' dtype, when and from what it was
-recorded); traces stay where they were written.
+cells back. Only what the tables and targets need is kept (score, n, the weights' dtype and fingerprint, when and from what it
+was recorded); traces stay where they were written.
 
 A ledger is a JSON object {"cells": [...]}, one object per cell with the fields of RecordedCell. Run as a module it
 says which tasks of one cell still need scoring, so `make smollm2-mix` spends no time on cells already recorded:
 
     python -m memagent.evaluation.mix_ledger --ledger docs/results/smollm2_mix_cells.json --row seed0 \
-        --length 2048 --dtype auto --tasks vt fwe kv_retrieval      # prints the unfinished ones, space separated
+        --length 2048 --dtype auto --model runs/smollm2-mix-seed0/checkpoints/step_000010/model \
+        --tasks vt fwe kv_retrieval      # prints the unfinished ones, space separated
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 from memagent.evaluation.mix_scores import UNRECORDED, MixLayout, MixScores
 from memagent.evaluation.tables import ResultRow
-from memagent.model.loading import resolve_device, resolve_dtype
+from memagent.model.loading import resolve_device, resolve_dtype, weights_fingerprint
 from memagent.model.precision import dtype_name
 
 FROM_TRACES = "traces"
@@ -52,6 +53,8 @@ class RecordedCell:
     """Mean chunks per document."""
     dtype: str
     """The weights' dtype the cell was scored in ("float32", "bfloat16" or "unrecorded")."""
+    weights: str
+    """Fingerprint of the weights scored (memagent.model.loading's `weights_fingerprint`), or "unrecorded"."""
     recorded: str
     """Date (YYYY-MM-DD) the ledger first held this reading."""
     origin: str
@@ -105,6 +108,7 @@ def with_ledger(scores: MixScores, ledger: list[RecordedCell], layout: MixLayout
     methods = {row.name: row.method for row in layout.rows}
     cells = dict(scores.cells)
     dtypes = dict(scores.dtypes)
+    weights = dict(scores.weights)
     for cell in ledger:
         if cell.row not in methods:
             continue
@@ -112,7 +116,8 @@ def with_ledger(scores: MixScores, ledger: list[RecordedCell], layout: MixLayout
         if key not in cells or cells[key].n < cell.n:
             cells[key] = as_result_row(cell, methods[cell.row])
         dtypes.setdefault((cell.row, cell.length), cell.dtype)
-    return MixScores(cells, dtypes)
+        weights.setdefault((cell.row, cell.length), cell.weights)
+    return MixScores(cells, dtypes, weights)
 
 
 def updated_ledger(ledger: list[RecordedCell], scores: MixScores, today: str) -> list[RecordedCell]:
@@ -125,18 +130,19 @@ def updated_ledger(ledger: list[RecordedCell], scores: MixScores, today: str) ->
             continue
         by_key[(row, task, length)] = RecordedCell(
             row=row, task=task, length=length, n=result.n, score=result.score, metric=result.metric,
-            chunks=result.chunks, dtype=scores.dtypes.get((row, length), UNRECORDED), recorded=today,
-            origin=FROM_TRACES)
+            chunks=result.chunks, dtype=scores.dtypes.get((row, length), UNRECORDED),
+            weights=scores.weights.get((row, length), UNRECORDED), recorded=today, origin=FROM_TRACES)
     return list(by_key.values())
 
 
 def unfinished_tasks(ledger: list[RecordedCell], row: str, length: int, tasks: list[str], target_n: int,
-                     dtype: str) -> list[str]:
+                     dtype: str, weights: str) -> list[str]:
     """The tasks, in the given order, without a finished reading for the row at that length: none recorded, fewer
-    than target_n questions, or one scored in another dtype than `dtype` (greedy decoding parts ways between dtypes;
-    a reading whose dtype went unrecorded counts as any)."""
+    than target_n questions, one scored in another dtype than `dtype` (greedy decoding parts ways between dtypes;
+    a reading whose dtype went unrecorded counts as any), or one of other weights than the fingerprint `weights`
+    (a seed trained again is another model; a reading whose weights went unrecorded counts as other weights)."""
     finished = {c.task for c in ledger if c.row == row and c.length == length and c.n >= target_n
-                and c.dtype in (dtype, UNRECORDED)}
+                and c.dtype in (dtype, UNRECORDED) and c.weights == weights != UNRECORDED}
     return [task for task in tasks if task not in finished]
 
 
@@ -147,6 +153,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--row", required=True, help="row directory prefix: untrained, baseline, seed0, ...")
     parser.add_argument("--length", type=int, required=True, help="document tokens")
     parser.add_argument("--tasks", nargs="+", required=True, help="the cell's tasks")
+    parser.add_argument("--model", required=True, help="the model directory the cell evaluates (its weights' fingerprint)")
     parser.add_argument("--dtype", default="auto", help="evaluate.py's --dtype; auto is resolved as evaluate.py does")
     parser.add_argument("--device", default=None, help="evaluate.py's --device (resolves --dtype auto)")
     parser.add_argument("--target-n", type=int, default=48, help="questions in a finished reading")
@@ -154,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         dtype = dtype_name(resolve_dtype(args.dtype, resolve_device(args.device)))
         print(" ".join(unfinished_tasks(read_ledger(args.ledger), args.row, args.length, args.tasks, args.target_n,
-                                        dtype)))
+                                        dtype, weights_fingerprint(args.model))))
     except ValueError as e:
         parser.error(str(e))
 

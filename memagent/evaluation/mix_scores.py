@@ -80,6 +80,9 @@ class MixScores:
     dtypes: dict[tuple[str, int], str] = field(default_factory=dict)
     """The weights' dtype each `{row}-{length}` dir's run recorded ("float32", "bfloat16", or UNRECORDED): greedy
     decoding of the same weights parts ways between dtypes, so rows compare like for like only within one."""
+    weights: dict[tuple[str, int], str] = field(default_factory=dict)
+    """The fingerprint of the weights each `{row}-{length}` dir's run evaluated (memagent.model.loading's
+    `weights_fingerprint`, or UNRECORDED): a seed trained again is another model, even at the same path."""
 
     def cell(self, row: MixRow, task: str, length: int) -> ResultRow | None:
         """The row's score on the task at that length, or None when no question of it was scored yet."""
@@ -133,6 +136,7 @@ def read_mix_scores(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> Mix
     rows = {row.name: row for row in layout.rows}
     cells: dict[tuple[str, str, int], ResultRow] = {}
     dtypes: dict[tuple[str, int], str] = {}
+    weights: dict[tuple[str, int], str] = {}
     for directory in sorted(eval_dir.iterdir()):
         name, _, length = directory.name.rpartition("-")
         traces = directory / "traces.jsonl"
@@ -141,19 +145,20 @@ def read_mix_scores(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> Mix
         records = [r for r in read_traces(traces) if r.get("method") == rows[name].method]
         for result in aggregate(records):
             cells[(name, result.source, result.length)] = result
-        dtypes[(name, int(length))] = recorded_dtype(directory / "run_config.json")
-    return MixScores(cells, dtypes)
+        dtypes[(name, int(length))] = recorded_setting(directory / "run_config.json", "dtype")
+        weights[(name, int(length))] = recorded_setting(directory / "run_config.json", "weights")
+    return MixScores(cells, dtypes, weights)
 
 
-def recorded_dtype(run_config: Path) -> str:
-    """The "dtype" evaluate.py recorded in a cell's run_config.json, or UNRECORDED."""
+def recorded_setting(run_config: Path, key: str) -> str:
+    """The value evaluate.py recorded under `key` ("dtype", "weights") in a cell's run_config.json, or UNRECORDED."""
     if not run_config.is_file():
         return UNRECORDED
     try:
         recorded = json.loads(run_config.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{run_config}: not JSON ({e.msg} at line {e.lineno})") from e
-    return recorded.get("dtype") or UNRECORDED
+    return recorded.get(key) or UNRECORDED
 
 
 def seed_spread(scores: MixScores, task: str, length: int, layout: MixLayout = MIX_LAYOUT) -> SeedSpread | None:

@@ -14,6 +14,7 @@ Defaults, and why:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -88,6 +89,27 @@ def check_local_dir(path: str | Path, *, need: str = "config.json") -> Path:
             f"{p} has no {need}, so it is not a saved model directory. {HOW_TO_GET_A_MODEL}"
         )
     return p
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin")
+"""The files of a model directory that hold its weights."""
+
+
+def weights_fingerprint(path: str | Path) -> str:
+    """The first 16 hex digits of a SHA-256 over the weight files of a local model directory (name, then bytes, in
+    name order): equal for byte-identical weights wherever they lie, different for a model trained again into the
+    same path. Refuses a directory with no weight file."""
+    directory = Path(path).expanduser()
+    files = sorted({f for pattern in WEIGHT_FILES for f in directory.glob(pattern)})
+    if not files:
+        raise ValueError(f"{directory}: no weight files ({', '.join(WEIGHT_FILES)})")
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        with file.open("rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    return digest.hexdigest()[:16]
 
 
 def apply_rope_scaling(config: Any, rope_scaling: dict[str, Any]) -> None:

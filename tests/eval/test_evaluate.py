@@ -149,6 +149,30 @@ def test_resume_in_other_arithmetic_is_refused_naming_the_dtypes(evaluate, tiny_
     assert len(read_traces(out)) == 1
 
 
+def test_resume_with_other_weights_at_the_same_path_is_refused(evaluate, tiny_model_dir, tmp_path):
+    # A seed trained again writes its checkpoint to the same path, but it is another model: SmolLM2's fp32 seed 0,
+    # trained a third time, matched its recorded sampled accuracy through step 7 and parted from it at step 8
+    # (docs/evaluation.md). A cell resumed on the new weights would mix two models' traces under one row.
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    out = tmp_path / "run"
+    evaluate.main(evaluate_argv(model, out, "--limit", "1"))
+    recorded = json.loads((out / "run_config.json").read_text())["weights"]
+    assert re.fullmatch(r"[0-9a-f]{16}", recorded)
+    weights = next(model.glob("*.safetensors"))
+    tensors = load_file(weights)
+    name = next(iter(tensors))
+    tensors[name] = tensors[name] + 1e-3
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(SystemExit, match=r"'weights': \('" + recorded + r"', '[0-9a-f]{16}'\)"):
+        evaluate.main(evaluate_argv(model, out))
+    assert len(read_traces(out)) == 1
+
+
 def test_a_run_config_from_before_dtypes_were_recorded_resumes_unchecked(evaluate, tiny_model_dir, tmp_path):
     out = tmp_path / "run"
     evaluate.main(evaluate_argv(tiny_model_dir, out, "--limit", "1"))

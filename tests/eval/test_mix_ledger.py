@@ -6,6 +6,7 @@ Every input is a small traces.jsonl or ledger written here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -22,13 +23,14 @@ from memagent.evaluation.mix_ledger import (
 from memagent.evaluation.mix_ledger import main as ledger_main
 from memagent.evaluation.mix_report import cli, main, score_table
 from memagent.evaluation.mix_scores import read_mix_scores
+from memagent.model.loading import weights_fingerprint
 from tests.eval.test_mix_report import SMALL, table_cells, write_cell
 
 
 def recorded(row: str, score: float, n: int, length: int = 512, task: str = "niah_single_1",
-             dtype: str = "float32") -> RecordedCell:
+             dtype: str = "float32", weights: str = "w1") -> RecordedCell:
     return RecordedCell(row=row, task=task, length=length, n=n, score=score, metric="string_match_all",
-                        chunks=length / 256, dtype=dtype, recorded="2026-12-01", origin="a table")
+                        chunks=length / 256, dtype=dtype, weights=weights, recorded="2026-12-01", origin="a table")
 
 
 def test_write_then_read_gives_back_the_same_cells(tmp_path) -> None:
@@ -77,15 +79,16 @@ def test_update_puts_in_run_cells_with_as_many_questions_and_keeps_unchanged_ent
     write_cell(tmp_path, "seed0", "niah_single_1", 512, [1.0])
     write_cell(tmp_path, "seed1", "niah_single_1", 512, [1.0, 0.0])
     write_cell(tmp_path, "seed2", "niah_single_1", 512, [0.0, 0.0])
+    (tmp_path / "seed2-512" / "run_config.json").write_text(json.dumps({"dtype": "float32", "weights": "w9"}))
     write_cell(tmp_path, "untrained", "niah_single_1", 32768, [0.5])
     ledger = [recorded("seed0", 25.0, 2), recorded("seed1", 50.0, 2), recorded("seed2", 100.0, 2)]
     out = {(c.row, c.length): c for c in updated_ledger(ledger, read_mix_scores(tmp_path, SMALL), "2026-12-07")}
     assert out[("seed0", 512)] == ledger[0]  # fewer questions in the run: the ledger keeps its reading
     assert out[("seed1", 512)] == ledger[1]  # the same reading: entry and date unchanged
-    assert (out[("seed2", 512)].score, out[("seed2", 512)].recorded, out[("seed2", 512)].origin) == \
-        (0.0, "2026-12-07", FROM_TRACES)
+    assert (out[("seed2", 512)].score, out[("seed2", 512)].weights, out[("seed2", 512)].recorded,
+            out[("seed2", 512)].origin) == (0.0, "w9", "2026-12-07", FROM_TRACES)
     new = out[("untrained", 32768)]
-    assert (new.n, new.score, new.chunks, new.dtype) == (1, 50.0, 128.0, "unrecorded")
+    assert (new.n, new.score, new.chunks, new.dtype, new.weights) == (1, 50.0, 128.0, "unrecorded", "unrecorded")
 
 
 def test_cli_redraws_from_the_ledger_alone_and_updates_it_from_runs(tmp_path, capsys) -> None:
@@ -114,20 +117,24 @@ def test_unfinished_tasks_are_those_missing_partial_or_scored_in_another_dtype()
               recorded("seed1", 50.0, 48, task="niah_multiquery"),
               recorded("seed0", 50.0, 48, task="niah_multiquery", length=2048)]
     tasks = ["niah_multiquery", "niah_single_1", "vt", "fwe", "kv_retrieval"]
-    assert unfinished_tasks(ledger, "seed0", 512, tasks, 48, "float32") == ["niah_multiquery", "vt", "fwe"]
-    assert unfinished_tasks(ledger, "seed0", 512, tasks, 47, "bfloat16") == ["niah_multiquery", "niah_single_1", "vt"]
+    assert unfinished_tasks(ledger, "seed0", 512, tasks, 48, "float32", "w1") == ["niah_multiquery", "vt", "fwe"]
+    assert unfinished_tasks(ledger, "seed0", 512, tasks, 47, "bfloat16", "w1") == [
+        "niah_multiquery", "niah_single_1", "vt"]
+    # the same seed trained again (other weights), or a reading whose weights went unrecorded: nothing is finished
+    assert unfinished_tasks(ledger, "seed0", 512, tasks, 48, "float32", "w2") == tasks
+    unrecorded = [dataclasses.replace(c, weights="unrecorded") for c in ledger]
+    assert unfinished_tasks(unrecorded, "seed0", 512, tasks, 48, "float32", "unrecorded") == tasks
 
 
-def test_the_query_prints_the_unfinished_tasks_and_refuses_a_bad_dtype(tmp_path, capsys) -> None:
+def test_the_query_prints_the_unfinished_tasks_and_refuses_a_bad_dtype(tmp_path, tiny_model_dir, capsys) -> None:
     ledger = tmp_path / "ledger.json"
-    write_ledger(ledger, [recorded("seed0", 50.0, 48, task="vt")])
-    ledger_main(["--ledger", str(ledger), "--row", "seed0", "--length", "512", "--dtype", "float32",
-                 "--device", "cpu", "--tasks", "vt", "fwe"])
+    write_ledger(ledger, [recorded("seed0", 50.0, 48, task="vt", weights=weights_fingerprint(tiny_model_dir))])
+    query = ["--ledger", str(ledger), "--row", "seed0", "--length", "512", "--device", "cpu",
+             "--model", str(tiny_model_dir)]
+    ledger_main([*query, "--dtype", "float32", "--tasks", "vt", "fwe"])
     assert capsys.readouterr().out == "fwe\n"
-    ledger_main(["--ledger", str(ledger), "--row", "seed0", "--length", "512", "--dtype", "float32",
-                 "--device", "cpu", "--tasks", "vt"])
+    ledger_main([*query, "--dtype", "float32", "--tasks", "vt"])
     assert capsys.readouterr().out == "\n"
     with pytest.raises(SystemExit):
-        ledger_main(["--ledger", str(ledger), "--row", "seed0", "--length", "512", "--dtype", "float8",
-                     "--tasks", "vt"])
+        ledger_main([*query, "--dtype", "float8", "--tasks", "vt"])
     assert "float8" in capsys.readouterr().err

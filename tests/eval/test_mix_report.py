@@ -161,6 +161,19 @@ def test_each_cell_reports_the_dtype_its_run_recorded_and_a_mix_of_dtypes_is_fla
     assert "more than one dtype (bfloat16, float32)" in text
 
 
+def test_a_row_whose_cells_come_from_other_weights_is_flagged(tmp_path) -> None:
+    for row, length, weights in [("untrained", 512, "aa"), ("untrained", 32768, "aa"), ("seed0", 512, None),
+                                 ("seed0", 32768, "bb")]:
+        write_cell(tmp_path, row, "niah_single_1", length, [1.0])
+        recorded = {"dtype": "float32"} | ({} if weights is None else {"weights": weights})
+        (tmp_path / f"{row}-{length}" / "run_config.json").write_text(json.dumps(recorded))
+    scores = read_mix_scores(tmp_path, SMALL)
+    assert scores.weights[("seed0", 512)] == "unrecorded"
+    text = arithmetic_markdown(scores, SMALL)
+    assert "seed 0's cells come from more than one set of weights (bb, unrecorded)" in text
+    assert "untrained's cells" not in text
+
+
 def test_cells_in_one_dtype_are_not_flagged(tmp_path) -> None:
     for row in ("untrained", "seed0"):
         write_cell(tmp_path, row, "niah_single_1", 512, [1.0])
