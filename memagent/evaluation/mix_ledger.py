@@ -104,7 +104,7 @@ def as_result_row(cell: RecordedCell, method: str) -> ResultRow:
 def with_ledger(scores: MixScores, ledger: list[RecordedCell], layout: MixLayout) -> MixScores:
     """The run cells and the ledger's together: per cell the reading with more questions, the run's on a tie. A
     ledger cell of a row the layout does not have is left out. The dtype of a (row, length) with no run dir comes
-    from its ledger cells."""
+    from its ledger cells; a cell's weights fingerprint comes with the reading taken."""
     methods = {row.name: row.method for row in layout.rows}
     cells = dict(scores.cells)
     dtypes = dict(scores.dtypes)
@@ -115,8 +115,8 @@ def with_ledger(scores: MixScores, ledger: list[RecordedCell], layout: MixLayout
         key = (cell.row, cell.task, cell.length)
         if key not in cells or cells[key].n < cell.n:
             cells[key] = as_result_row(cell, methods[cell.row])
+            weights[key] = cell.weights
         dtypes.setdefault((cell.row, cell.length), cell.dtype)
-        weights.setdefault((cell.row, cell.length), cell.weights)
     return MixScores(cells, dtypes, weights)
 
 
@@ -131,7 +131,7 @@ def updated_ledger(ledger: list[RecordedCell], scores: MixScores, today: str) ->
         by_key[(row, task, length)] = RecordedCell(
             row=row, task=task, length=length, n=result.n, score=result.score, metric=result.metric,
             chunks=result.chunks, dtype=scores.dtypes.get((row, length), UNRECORDED),
-            weights=scores.weights.get((row, length), UNRECORDED), recorded=today, origin=FROM_TRACES)
+            weights=scores.weights.get((row, task, length), UNRECORDED), recorded=today, origin=FROM_TRACES)
     return list(by_key.values())
 
 

@@ -140,7 +140,7 @@ def arithmetic_markdown(scores: MixScores, layout: MixLayout = MIX_LAYOUT) -> st
         text += (f" **The cells were scored in more than one dtype ({', '.join(recorded)})**: greedy decoding of "
                  f"the same weights parts ways between them, so compare rows within one dtype.")
     for row in layout.rows:
-        fingerprints = sorted({w for (name, _), w in scores.weights.items() if name == row.name})
+        fingerprints = sorted({w for (name, _, _), w in scores.weights.items() if name == row.name})
         if len(fingerprints) > 1:
             text += (f" **{row.label}'s cells come from more than one set of weights ({', '.join(fingerprints)})**: "
                      f"a model trained again is another model, so the row mixes models.")

@@ -80,9 +80,10 @@ class MixScores:
     dtypes: dict[tuple[str, int], str] = field(default_factory=dict)
     """The weights' dtype each `{row}-{length}` dir's run recorded ("float32", "bfloat16", or UNRECORDED): greedy
     decoding of the same weights parts ways between dtypes, so rows compare like for like only within one."""
-    weights: dict[tuple[str, int], str] = field(default_factory=dict)
-    """The fingerprint of the weights each `{row}-{length}` dir's run evaluated (memagent.model.loading's
-    `weights_fingerprint`, or UNRECORDED): a seed trained again is another model, even at the same path."""
+    weights: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    """Per cell (row name, task, length), the fingerprint of the weights that scored it (memagent.model.loading's
+    `weights_fingerprint`, or UNRECORDED): a seed trained again is another model, even at the same path, and a row
+    can mix models within one length when its cells come from different readings."""
 
     def cell(self, row: MixRow, task: str, length: int) -> ResultRow | None:
         """The row's score on the task at that length, or None when no question of it was scored yet."""
@@ -136,17 +137,18 @@ def read_mix_scores(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> Mix
     rows = {row.name: row for row in layout.rows}
     cells: dict[tuple[str, str, int], ResultRow] = {}
     dtypes: dict[tuple[str, int], str] = {}
-    weights: dict[tuple[str, int], str] = {}
+    weights: dict[tuple[str, str, int], str] = {}
     for directory in sorted(eval_dir.iterdir()):
         name, _, length = directory.name.rpartition("-")
         traces = directory / "traces.jsonl"
         if name not in rows or not length.isdigit() or not traces.is_file():
             continue
         records = [r for r in read_traces(traces) if r.get("method") == rows[name].method]
+        fingerprint = recorded_setting(directory / "run_config.json", "weights")
         for result in aggregate(records):
             cells[(name, result.source, result.length)] = result
+            weights[(name, result.source, result.length)] = fingerprint
         dtypes[(name, int(length))] = recorded_setting(directory / "run_config.json", "dtype")
-        weights[(name, int(length))] = recorded_setting(directory / "run_config.json", "weights")
     return MixScores(cells, dtypes, weights)
 
 

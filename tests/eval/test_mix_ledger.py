@@ -21,7 +21,7 @@ from memagent.evaluation.mix_ledger import (
     write_ledger,
 )
 from memagent.evaluation.mix_ledger import main as ledger_main
-from memagent.evaluation.mix_report import cli, main, score_table
+from memagent.evaluation.mix_report import arithmetic_markdown, cli, main, score_table
 from memagent.evaluation.mix_scores import read_mix_scores
 from memagent.model.loading import weights_fingerprint
 from tests.eval.test_mix_report import SMALL, table_cells, write_cell
@@ -63,6 +63,17 @@ def test_recorded_cells_fill_the_table_where_no_run_has_them(tmp_path) -> None:
     assert table_cells(table, "niah_single_1", "512 (1x)")[:5] == ["50.0", "—", "100.0", "50.0", "—"]
     assert ("seed7", "niah_single_1", 512) not in scores.cells
     assert scores.dtypes[("seed0", 512)] == "float32"
+
+
+def test_a_row_mixing_a_retrained_seed_with_recorded_cells_of_one_length_is_flagged(tmp_path) -> None:
+    # seed 0 trained again: its run dir at 1x holds one task so far, the ledger the other task of the old weights
+    write_cell(tmp_path, "seed0", "niah_single_1", 512, [1.0, 1.0])
+    (tmp_path / "seed0-512" / "run_config.json").write_text(json.dumps({"dtype": "float32", "weights": "w2"}))
+    ledger = [recorded("seed0", 50.0, 2, task="vt", weights="w1")]
+    scores = with_ledger(read_mix_scores(tmp_path, SMALL), ledger, SMALL)
+    assert scores.weights[("seed0", "vt", 512)] == "w1"
+    assert scores.weights[("seed0", "niah_single_1", 512)] == "w2"
+    assert "seed 0's cells come from more than one set of weights (w1, w2)" in arithmetic_markdown(scores, SMALL)
 
 
 def test_the_reading_with_more_questions_wins_a_cell_and_the_run_wins_a_tie(tmp_path) -> None:

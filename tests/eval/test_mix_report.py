@@ -168,7 +168,7 @@ def test_a_row_whose_cells_come_from_other_weights_is_flagged(tmp_path) -> None:
         recorded = {"dtype": "float32"} | ({} if weights is None else {"weights": weights})
         (tmp_path / f"{row}-{length}" / "run_config.json").write_text(json.dumps(recorded))
     scores = read_mix_scores(tmp_path, SMALL)
-    assert scores.weights[("seed0", 512)] == "unrecorded"
+    assert scores.weights[("seed0", "niah_single_1", 512)] == "unrecorded"
     text = arithmetic_markdown(scores, SMALL)
     assert "seed 0's cells come from more than one set of weights (bb, unrecorded)" in text
     assert "untrained's cells" not in text
