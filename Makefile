@@ -124,12 +124,21 @@ MIX_EVAL = --chunk-tokens 256 --memory-tokens 64 --answer-tokens 48 --greedy --d
 	--data-seed 1 --batch-size 48
 MIX_SHORT := 512 2048
 MIX_LONG := 8192 32768
-MIX_RUN = runs/smollm2-mix-seed$(SEED)
+# MIX_PRESET=smollm2-mix-lora: the LoRA grid (docs/evaluation.md, "A grid that outlives its machine"). A seed's
+# policy is its adapter file, kept in the repository (MIX_ADAPTER): with the file there, training is skipped and every
+# cell is scored as the base model with the file folded in (evaluate.py --adapter), rows lora-seed$(SEED).
+MIX_PRESET ?= smollm2-mix
+MIX_RUN = runs/$(MIX_PRESET)-seed$(SEED)
+MIX_ROW = $(if $(filter smollm2-mix,$(MIX_PRESET)),,$(patsubst smollm2-mix-%,%-,$(MIX_PRESET)))seed$(SEED)
+MIX_ADAPTER = docs/results/adapters/$(MIX_PRESET)-seed$(SEED).safetensors
 # The ledger keeps every cell's score under version control (docs/evaluation.md, "The ledger"): the report reads it
 # beside runs/mix-eval, so the table and figure outlive the run dirs, and writes newly scored cells into it.
 MIX_LEDGER = docs/results/smollm2_mix_cells.json
 MIX_RL = $(MIX_RUN)/checkpoints/step_000010/model
-# $(call mix_cell,MODEL,ROW,EXTRA FLAGS,TOKENS): one cell directory of one row (held-out tasks at the short lengths).
+# The trained policy as evaluate.py's model flags' values: the checkpoint's merged model, or the base plus the adapter.
+MIX_POLICY = $(if $(filter smollm2-mix,$(MIX_PRESET)),$(MIX_RL),$(SMOLLM2) --adapter $(MIX_ADAPTER))
+# $(call mix_cell,MODEL,ROW,EXTRA FLAGS,TOKENS): one cell directory of one row (held-out tasks at the short lengths);
+# MODEL is --model's value, followed by --adapter FILE for a LoRA policy (MIX_POLICY).
 # Long cells keep 16 questions in flight (a stop loses at most the round in progress: evaluate.py resumes questions
 # mid-document; one thread prefills at the same rate either way); EXTRA FLAGS come last and win.
 # Tasks the ledger already holds 48 questions of, of the same weights (their fingerprint) in the same dtype, are not
@@ -144,8 +153,11 @@ mix_cell = (tasks="$(MIX_TRAIN_TASKS)"; batch=""; case " $(MIX_SHORT) " in *" $(
 		--output-dir runs/mix-eval/$(2)-$(4); fi)
 smollm2-mix: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
-	test -d $(MIX_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset smollm2-mix --run.seed $(SEED) \
-		--run.output-dir $(MIX_RUN) $$(ls $(MIX_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	test -d $(MIX_RL) || test -f $(MIX_ADAPTER) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset $(MIX_PRESET) \
+		--run.seed $(SEED) --run.output-dir $(MIX_RUN) \
+		$$(ls $(MIX_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	test "$(MIX_PRESET)" = smollm2-mix || test -f $(MIX_ADAPTER) || \
+		{ mkdir -p $(dir $(MIX_ADAPTER)) && cp $(MIX_RL)/../adapter.safetensors $(MIX_ADAPTER); }
 	mkdir -p runs/mix-eval
 	@echo "untrained and full-context rows in the background, shortest cells first; progress: runs/mix-eval/shared-rows.log"
 	(for len in $(MIX_SHORT) $(MIX_LONG); do \
@@ -154,9 +166,9 @@ smollm2-mix: $(STAMP)
 	done) \
 		> runs/mix-eval/shared-rows.log 2>&1 & shared=$$!; \
 	status=0; for len in $(MIX_SHORT) $(MIX_LONG); do \
-		$(call mix_cell,$(MIX_RL),seed$(SEED),--baseline none,$$len) || { status=$$?; break; }; done; \
+		$(call mix_cell,$(MIX_POLICY),$(MIX_ROW),--baseline none,$$len) || { status=$$?; break; }; done; \
 	wait $$shared && exit $$status
-	$(MAKE) smollm2-mix-report
+	$(MAKE) smollm2-mix-report MIX_PRESET=$(MIX_PRESET)
 
 # Gated memory against the mix (docs/gates.md): the same recipe with `workflow.gates both` (preset smollm2-mix-gates),
 # evaluated with --gates both on the same cells into runs/mix-eval/gates-seed$(SEED)-*; `make smollm2-gates-report`
@@ -183,10 +195,11 @@ smollm2-gates-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.gates_report --eval-dir runs/mix-eval --gated-rows $(GATES_PREFIX) \
 		--markdown runs/mix-eval/$(GATES_PREFIX)-report.md --figure docs/figures/smollm2_$(subst -,_,$(GATES_PREFIX)).png
 
+MIX_NAME = $(subst -,_,$(patsubst smollm2-%,%,$(MIX_PRESET)))
 smollm2-mix-report: $(STAMP)
-	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \
-		--runs $$(ls -d runs/smollm2-mix-seed*/ 2>/dev/null) --markdown runs/mix-eval/report.md \
-		--figure docs/figures/smollm2_mix.png --ledger $(MIX_LEDGER) --update-ledger
+	$(BIN)/python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval --preset $(MIX_PRESET) \
+		--runs $$(ls -d runs/$(MIX_PRESET)-seed*/ 2>/dev/null) --markdown runs/mix-eval/$(MIX_NAME)-report.md \
+		--figure docs/figures/smollm2_$(MIX_NAME).png --ledger $(MIX_LEDGER) --update-ledger
 
 clean:
 	rm -rf $(VENV) $(LATEST) build dist *.egg-info .pytest_cache .hypothesis

@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         return BUSY_STATUS
     run_config = {"model": evaluated.name, "temperature": evaluated.temperature, "top_p": evaluated.top_p,
                   "seed": args.seed, "data_seed": args.data_seed, "window": window, "dtype": evaluated.dtype,
-                  "weights": weights_fingerprint(args.model) if args.model else None, **asdict(config)}
+                  "weights": weights_fingerprint(args.model, args.adapter) if args.model else None, **asdict(config)}
     check_run_config(out, run_config)
     traces = TraceFile(out / "traces.jsonl")
     if traces.dropped_partial_line:

@@ -34,6 +34,7 @@ from memagent.evaluation.mix_scores import (
     MixScores,
     SeedSpread,
     read_mix_scores,
+    seed_rows,
     seed_spread,
 )
 from memagent.evaluation.mix_targets import SCORE_TOLERANCE, Status
@@ -45,7 +46,7 @@ def gated_rows(prefix: str = "gates") -> tuple[MixRow, ...]:
     """The gated seeds' rows `{prefix}-seed0`..`{prefix}-seed2`: `gates` for the smollm2-mix-gates preset, `gates-cost`
     for smollm2-mix-gates-cost (the Makefile's GATES_ROW)."""
     name = "gated" if prefix == "gates" else f"gated ({prefix})"
-    return tuple(MixRow(f"{prefix}-seed{i}", f"{name} seed {i}", "memagent") for i in range(3))
+    return seed_rows(f"{prefix}-", f"{name} seed")
 
 
 GATED_ROWS = gated_rows()

@@ -14,6 +14,9 @@ says which tasks of one cell still need scoring, so `make smollm2-mix` spends no
     python -m memagent.evaluation.mix_ledger --ledger docs/results/smollm2_mix_cells.json --row seed0 \
         --length 2048 --dtype auto --model runs/smollm2-mix-seed0/checkpoints/step_000010/model \
         --tasks vt fwe kv_retrieval      # prints the unfinished ones, space separated
+
+A LoRA seed (preset smollm2-mix-lora) is asked about as it is scored, `--model BASE --adapter FILE`: its readings
+carry the fingerprint of the base's weights and the adapter's bytes together.
 """
 
 from __future__ import annotations
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--length", type=int, required=True, help="document tokens")
     parser.add_argument("--tasks", nargs="+", required=True, help="the cell's tasks")
     parser.add_argument("--model", required=True, help="the model directory the cell evaluates (its weights' fingerprint)")
+    parser.add_argument("--adapter", default=None, help="evaluate.py's --adapter (part of the weights' fingerprint)")
     parser.add_argument("--dtype", default="auto", help="evaluate.py's --dtype; auto is resolved as evaluate.py does")
     parser.add_argument("--device", default=None, help="evaluate.py's --device (resolves --dtype auto)")
     parser.add_argument("--target-n", type=int, default=48, help="questions in a finished reading")
@@ -161,7 +165,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         dtype = dtype_name(resolve_dtype(args.dtype, resolve_device(args.device)))
         print(" ".join(unfinished_tasks(read_ledger(args.ledger), args.row, args.length, args.tasks, args.target_n,
-                                        dtype, weights_fingerprint(args.model))))
+                                        dtype, weights_fingerprint(args.model, args.adapter))))
     except ValueError as e:
         parser.error(str(e))
 

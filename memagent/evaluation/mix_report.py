@@ -1,7 +1,8 @@
 """The report of MemAgent's evaluation in small (issue 24, preset smollm2-mix; docs/evaluation.md): the score
 tables of MemAgent's main results (arXiv 2507.02259) turned on their side (a row per task and length, a column per
-model, the RL mean over the seeds and its gain over the untrained model), the target check under them, each seed's training curve by step, and optionally the accuracy-vs-length figure
-(memagent/evaluation/mix_figure.py).
+model, the RL mean over the seeds and its gain over the untrained model), the target check under them, each seed's
+training curve by step, and optionally the accuracy-vs-length figure (memagent/evaluation/mix_figure.py).
+`--preset smollm2-mix-lora` reports the LoRA grid instead: its seed rows are lora-seed0..2.
 
     python -m memagent.evaluation.mix_report --eval-dir runs/mix-eval \\
         --runs runs/smollm2-mix-seed0 runs/smollm2-mix-seed1 runs/smollm2-mix-seed2 \\
@@ -29,6 +30,7 @@ from memagent.evaluation.mix_figure import draw_mix_figure
 from memagent.evaluation.mix_ledger import read_ledger, updated_ledger, with_ledger, write_ledger
 from memagent.evaluation.mix_scores import (
     MIX_LAYOUT,
+    PRESET_SEED_ROWS,
     UNRECORDED,
     MixLayout,
     MixScores,
@@ -238,7 +240,7 @@ def read_hedging(eval_dir: str | Path, layout: MixLayout = MIX_LAYOUT) -> list[H
 def report_markdown(scores: MixScores, curves: list[TrainingCurves], layout: MixLayout = MIX_LAYOUT,
                     fates: list[FateCounts] | None = None, hedging: list[HedgeCounts] | None = None) -> str:
     """The whole report: tables, target check, where the golds went, hedged answers, training curves."""
-    parts = ["## MemAgent's evaluation in small: SmolLM2-135M-Instruct, smollm2-mix", tables_markdown(scores, layout)]
+    parts = [f"## MemAgent's evaluation in small: SmolLM2-135M-Instruct, {layout.preset}", tables_markdown(scores, layout)]
     if arithmetic := arithmetic_markdown(scores, layout):
         parts.append(arithmetic)
     parts.append(targets_markdown(check_targets(scores, layout)))
@@ -281,13 +283,15 @@ def main(argv: list[str] | None = None) -> str:
     """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
     parser = report_parser(__doc__.split("\n\n")[0], "accuracy against length", MIX_LAYOUT.target_n)
     parser.add_argument("--runs", nargs="*", default=[], help="train.py output dirs (their metrics.jsonl)")
+    parser.add_argument("--preset", choices=list(PRESET_SEED_ROWS), default=MIX_LAYOUT.preset,
+                        help="the grid: its seed rows are this preset's (the Makefile's MIX_PRESET)")
     parser.add_argument("--ledger", help="JSON file of recorded cells, read beside the traces (docs/evaluation.md)")
     parser.add_argument("--update-ledger", action="store_true",
                         help="write the run cells with at least as many questions as recorded into --ledger")
     args = parse_report_args(parser, argv)
     if args.update_ledger and not args.ledger:
         parser.error("--update-ledger needs --ledger")
-    layout = MixLayout(target_n=args.target_n)
+    layout = MixLayout(seeds=PRESET_SEED_ROWS[args.preset], preset=args.preset, target_n=args.target_n)
     # With a ledger the eval dir may not exist yet: a fresh clone redraws the recorded cells alone.
     no_runs = args.ledger and not Path(args.eval_dir).exists()
     scores = MixScores({}) if no_runs else read_mix_scores(args.eval_dir, layout)

@@ -31,8 +31,21 @@ class MixRow:
     """The trace records' method: "memagent" or "full-context"."""
 
 
-SEED_ROWS = (MixRow("seed0", "seed 0", "memagent"), MixRow("seed1", "seed 1", "memagent"),
-             MixRow("seed2", "seed 2", "memagent"))
+
+
+def seed_rows(prefix: str = "", label: str = "seed") -> tuple[MixRow, ...]:
+    """The three RL seeds' rows: dirs `{prefix}seed0`..`{prefix}seed2` (the Makefile's row names), labelled
+    "{label} 0".."{label} 2"."""
+    return tuple(MixRow(f"{prefix}seed{i}", f"{label} {i}", "memagent") for i in range(3))
+
+
+SEED_ROWS = seed_rows()
+"""The smollm2-mix seeds (full fine-tuning)."""
+LORA_SEED_ROWS = seed_rows("lora-", "LoRA seed")
+"""The smollm2-mix-lora seeds, whose policies are adapter files (docs/evaluation.md, "A grid that outlives its
+machine")."""
+PRESET_SEED_ROWS = {"smollm2-mix": SEED_ROWS, "smollm2-mix-lora": LORA_SEED_ROWS}
+"""The seed rows of each training preset's grid (`make smollm2-mix MIX_PRESET=...`)."""
 UNTRAINED = MixRow("untrained", "untrained", "memagent")
 BASELINE = MixRow("baseline", "full-context", "full-context")
 
@@ -51,6 +64,8 @@ class MixLayout:
     window: int = 8192
     """The full-context baseline's window (SmolLM2's max_position_embeddings): longer documents are truncated."""
     seeds: tuple[MixRow, ...] = SEED_ROWS
+    preset: str = "smollm2-mix"
+    """The training preset of the seed rows (named in the report's title)."""
     target_n: int = 48
     """Questions per finished cell; a cell with fewer is shown with its n."""
 

@@ -3,7 +3,8 @@
 Local: `--model DIR` loads the weights and runs our engine (LocalLLM). Online: `--api-base URL --api-model NAME
 [--api-key KEY]` drives any OpenAI-compatible endpoint (OpenAIChatLLM); the workflow still needs the served
 model's tokenizer locally, because documents are chunked in the policy's tokens: `--tokenizer DIR` (or `--model
-DIR`, whose tokenizer is then used and whose weights are not loaded).
+DIR`, whose tokenizer is then used and whose weights are not loaded). `--model DIR --adapter FILE` evaluates a
+LoRA policy kept as its adapters alone: the base at DIR with the adapter file folded in.
 
 Sampling defaults are MemAgent's offline evaluation (temperature 0.7, top_p 0.95); `--greedy` sets temperature 0.
 """
@@ -27,6 +28,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     """Add the model/evaluated and sampling flags."""
     g = parser.add_argument_group("model and evaluated")
     g.add_argument("--model", help="local HF model directory (weights + tokenizer)")
+    g.add_argument("--adapter", help="a LoRA adapter file (a LoRA run's adapter.safetensors) folded into --model's "
+                                     "weights at load: the policy a LoRA run trained on that base")
     g.add_argument("--api-base", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 (no weights loaded)")
     g.add_argument("--api-key", default="", help="Bearer token for --api-base ('' sends none)")
     g.add_argument("--api-model", help="model name at --api-base")
@@ -77,6 +80,8 @@ def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
     temperature = 0.0 if args.greedy else args.temperature
     top_p = 1.0 if args.greedy else args.top_p
     if args.api_base:
+        if args.adapter:
+            raise SystemExit("--adapter folds into local weights (--model DIR); an API model is served as it is")
         if not args.api_model:
             raise SystemExit("--api-base needs --api-model (the model name the server expects)")
         tokenizer_dir = args.tokenizer or args.model
@@ -91,15 +96,40 @@ def build_evaluated_model(args: argparse.Namespace) -> EvaluatedModel:
                               dtype=None)
     if not args.model:
         raise SystemExit("pass --model DIR (a local model) or --api-base URL --api-model NAME (an online one)")
-    model = load_model(args.model, dtype=args.dtype, device=args.device).eval()
+    if args.adapter:
+        model = adapted_model(args.model, args.adapter, dtype=args.dtype, device=args.device).eval()
+    else:
+        model = load_model(args.model, dtype=args.dtype, device=args.device).eval()
     tokenizer = load_tokenizer(args.model)
     first = next(model.parameters())
     device = first.device
     generator = torch.Generator(device=device).manual_seed(args.seed)
     llm = LocalLLM(model, tokenizer, params=SamplingParams(temperature=temperature, top_p=top_p),
                    generator=generator, kv_cache_budget_bytes=args.kv_cache_budget_gb * 2**30)
-    return EvaluatedModel(llm, tokenizer, str(args.model), config_window(args.model), temperature, top_p,
+    name = f"{args.model} + {args.adapter}" if args.adapter else str(args.model)
+    return EvaluatedModel(llm, tokenizer, name, config_window(args.model), temperature, top_p,
                           dtype=dtype_name(first.dtype))
+
+
+def adapted_model(base: str | Path, adapter: str | Path, *, dtype: str | None, device: str | None) -> torch.nn.Module:
+    """The base model at `base` with the LoRA adapter file folded in, in `dtype` on `device`.
+
+    The merge runs in float32, W + (alpha / r) B A as a LoRA run saves its merged `model/` (bit for bit on one
+    machine), and the result is cast to `dtype` after: merging into a bf16 base would round most of a small update
+    away (memagent.model.lora's `rounding_loss`)."""
+    from memagent.model import load_model
+    from memagent.model.loading import resolve_device, resolve_dtype
+    from memagent.model.lora import merge_adapter_file
+
+    if not Path(adapter).is_file():
+        raise SystemExit(f"--adapter {adapter}: no such file")
+    target = resolve_dtype(dtype, resolve_device(device))
+    model = load_model(base, dtype=torch.float32, device=device)
+    try:
+        merge_adapter_file(model, adapter)
+    except ValueError as e:
+        raise SystemExit(f"--adapter {adapter} does not fit --model {base}: {e}") from e
+    return model.to(target)
 
 
 def config_window(directory: str | Path) -> int | None:

@@ -95,17 +95,22 @@ WEIGHT_FILES = ("*.safetensors", "*.bin")
 """The files of a model directory that hold its weights."""
 
 
-def weights_fingerprint(path: str | Path) -> str:
+def weights_fingerprint(path: str | Path, adapter: str | Path | None = None) -> str:
     """The first 16 hex digits of a SHA-256 over the weight files of a local model directory (name, then bytes, in
     name order): equal for byte-identical weights wherever they lie, different for a model trained again into the
-    same path. Refuses a directory with no weight file."""
+    same path. With `adapter` (a LoRA adapter file folded in at load, evaluate.py's `--adapter`) its bytes follow,
+    under a fixed name, so a copy of the adapter file anywhere fingerprints the same. Refuses a directory with no
+    weight file."""
     directory = Path(path).expanduser()
     files = sorted({f for pattern in WEIGHT_FILES for f in directory.glob(pattern)})
     if not files:
         raise ValueError(f"{directory}: no weight files ({', '.join(WEIGHT_FILES)})")
+    named = [(file.name, file) for file in files]
+    if adapter is not None:
+        named.append(("adapter", Path(adapter).expanduser()))
     digest = hashlib.sha256()
-    for file in files:
-        digest.update(file.name.encode())
+    for name, file in named:
+        digest.update(name.encode())
         with file.open("rb") as f:
             while block := f.read(1 << 24):
                 digest.update(block)

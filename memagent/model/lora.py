@@ -23,6 +23,8 @@ single-GPU users of MemAgent ask for.
   as one safetensors file that records rank and alpha.
 - `AdaptersOff(model)`: the adapted model with every adapter bypassed, i.e. exactly the base model, sharing its
   weights (the KL reference of a LoRA run costs no second copy of the model).
+- `merge_adapter_file(model, file)`: a base model with a `save_adapters` file folded in, rank, alpha and adapted
+  layers read from the file (how evaluate.py's `--adapter` scores a policy kept as its adapters alone).
 """
 
 from __future__ import annotations
@@ -246,3 +248,29 @@ def load_adapters(model: nn.Module, file: str | Path) -> None:
         raise ValueError(f"{file}: adapters of rank {meta.get('rank')} alpha {meta.get('alpha')}, the model has rank "
                          f"{module.rank} alpha {module.alpha}")
     load_adapter_state_dict(model, state)
+
+
+def adapter_file_settings(file: str | Path) -> tuple[int, float, tuple[str, ...]]:
+    """(rank, alpha, target module names) of a `save_adapters` file, read from its metadata and keys.
+
+    Raises ValueError naming the file when it is not one (no rank / alpha metadata, or no adapter keys)."""
+    with safe_open(str(file), framework="pt", device="cpu") as f:
+        meta, keys = f.metadata() or {}, list(f.keys())
+    targets = tuple(sorted({key.rsplit(".", 2)[-2] for key in keys if key.endswith((".lora_a", ".lora_b"))}))
+    if "rank" not in meta or "alpha" not in meta or not targets:
+        raise ValueError(f"{file}: not an adapter file written by save_adapters (metadata {meta}, {len(keys)} "
+                         "tensors); a LoRA checkpoint keeps it as adapter.safetensors")
+    return int(meta["rank"]), float(meta["alpha"]), targets
+
+
+def merge_adapter_file(model: nn.Module, file: str | Path) -> nn.Module:
+    """Fold the adapters of a `save_adapters` file into `model` (in place; returns it): apply_lora with the file's
+    rank, alpha and layers, load the file, merge_lora.
+
+    The merge keeps the model's dtype, so pass a float32 base for the exact W + (alpha / r) B A (what a LoRA run
+    saves as its `model/`, memagent.training.checkpoint) and cast afterwards. Raises ValueError when the file's
+    layers do not match the model's (another architecture or another base)."""
+    rank, alpha, targets = adapter_file_settings(file)
+    apply_lora(model, rank=rank, alpha=alpha, target_modules=targets)
+    load_adapters(model, file)
+    return merge_lora(model)

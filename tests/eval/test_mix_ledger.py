@@ -149,3 +149,17 @@ def test_the_query_prints_the_unfinished_tasks_and_refuses_a_bad_dtype(tmp_path,
     with pytest.raises(SystemExit):
         ledger_main([*query, "--dtype", "float8", "--tasks", "vt"])
     assert "float8" in capsys.readouterr().err
+
+
+def test_the_query_counts_a_reading_of_base_plus_adapter_only_for_that_adapter(tmp_path, tiny_model_dir, capsys) -> None:
+    adapter = tmp_path / "adapter.safetensors"
+    adapter.write_bytes(b"stands in for the adapter's bytes")
+    ledger = tmp_path / "ledger.json"
+    write_ledger(ledger, [recorded("lora-seed0", 50.0, 48, task="vt",
+                                   weights=weights_fingerprint(tiny_model_dir, adapter))])
+    query = ["--ledger", str(ledger), "--row", "lora-seed0", "--length", "512", "--device", "cpu", "--dtype",
+             "float32", "--model", str(tiny_model_dir), "--tasks", "vt"]
+    ledger_main([*query, "--adapter", str(adapter)])
+    assert capsys.readouterr().out == "\n"
+    ledger_main(query)  # the base alone is other weights
+    assert capsys.readouterr().out == "vt\n"

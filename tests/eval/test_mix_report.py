@@ -359,3 +359,17 @@ def test_cli_reports_a_missing_eval_dir_as_one_error_line(tmp_path, capsys) -> N
         cli(["--eval-dir", str(tmp_path / "nowhere")])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith(f"error: --eval-dir {tmp_path / 'nowhere'}: not a directory")
+
+
+def test_the_lora_grid_reports_its_own_seed_rows_and_not_the_full_fine_tuning_ones(tmp_path) -> None:
+    eval_dir = tmp_path / "eval"
+    write_cell(eval_dir, "untrained", "niah_single_1", 512, [0.0, 0.0])
+    write_cell(eval_dir, "seed0", "niah_single_1", 512, [1.0, 1.0])
+    write_cell(eval_dir, "lora-seed0", "niah_single_1", 512, [1.0, 0.0])
+    argv = ["--eval-dir", str(eval_dir), "--target-n", "2"]
+    lora, full = main([*argv, "--preset", "smollm2-mix-lora"]), main(argv)
+    assert "smollm2-mix-lora" in lora.splitlines()[0] and "LoRA seed 0" in lora
+    assert "smollm2-mix-lora" not in full and "LoRA seed 0" not in full
+    first_seed = 2  # after the untrained and full-context columns
+    assert table_cells(lora, "niah_single_1", "512 (1x)")[first_seed] == "50.0"
+    assert table_cells(full, "niah_single_1", "512 (1x)")[first_seed] == "100.0"
