@@ -39,6 +39,8 @@ class ModelConfig:
     """LoRA alpha: the adapters' update is scaled by alpha / rank."""
     lora_targets: tuple[str, ...] = DEFAULT_TARGETS
     """Names of the nn.Linear layers that get adapters (default: every attention and MLP projection)."""
+    lora_init: str = ""
+    """An adapter file (a LoRA run's adapter.safetensors) the adapters start from instead of B = 0: RL goes on from that policy ("" = none)."""
     lora_merged_dtype: str = "float32"
     """dtype of a LoRA checkpoint's merged model/: float32 (exact), bfloat16 or float16 (rounding loses part of the update; it warns how much)."""
 
@@ -365,6 +367,13 @@ def lora_checks(cfg: TrainConfig) -> list[tuple[bool, str]]:
         ("lm_head" not in targets, "model.lora_targets: lm_head cannot be adapted (only decoder projections)"),
         # DeepSpeed wraps and checkpoints the whole module itself (bf16 casts, ZeRO partitions, its own checkpoint
         # layout); LoRA is for the single-GPU (or DDP) case, where the frozen base needs no optimizer state.
+        (not m.lora_init or m.lora_rank > 0,
+         f"model.lora_init={m.lora_init!r} needs model.lora_rank > 0 (the file's rank)"),
+        # A LoRA run's KL reference is its base with the adapters bypassed: from lora_init that is not the policy RL
+        # starts from, so the penalty would pull towards the wrong model.
+        (not (m.lora_init and cfg.loss.kl_coef > 0),
+         f"model.lora_init with loss.kl_coef={cfg.loss.kl_coef}: the KL reference would be the base, not the "
+         "adapters' policy; set --loss.kl-coef 0"),
         (not (m.lora_rank and cfg.run.deepspeed),
          f"model.lora_rank={m.lora_rank} with run.deepspeed: LoRA runs on plain PyTorch (one GPU or DDP under "
          "torchrun); drop --deepspeed or set --model.lora-rank 0"),

@@ -34,7 +34,7 @@ from memagent.data import TASKS, make_task, read_samples
 from memagent.data.mix import make_task_mix, parse_task_mix
 from memagent.model import load_model, load_tokenizer
 from memagent.model.compiled import compile_elementwise
-from memagent.model.lora import AdaptersOff, apply_lora
+from memagent.model.lora import AdaptersOff, apply_lora, load_adapters
 from memagent.model.precision import arithmetic_name, storage_dtype, training_autocast
 from memagent.records import Sample
 from memagent.training.checkpoint import (
@@ -172,12 +172,20 @@ def check_data(cfg: TrainConfig, train: list[Sample]) -> None:
 
 
 def adapt(model: nn.Module, cfg: TrainConfig) -> None:
-    """Wrap model.lora_targets in rank-model.lora_rank adapters and freeze everything else (in place)."""
+    """Wrap model.lora_targets in rank-model.lora_rank adapters and freeze everything else (in place); with
+    model.lora_init, the adapters start from that file's (a resumed run then loads its checkpoint's over them)."""
     m = cfg.model
     try:
         apply_lora(model, rank=m.lora_rank, alpha=m.lora_alpha, target_modules=m.lora_targets)
     except ValueError as err:  # a name the loaded model does not have: say which flag to fix
         raise ValueError(f"model.lora_targets={m.lora_targets!r}: {err}") from err
+    if m.lora_init:
+        if not Path(m.lora_init).is_file():
+            raise ValueError(f"model.lora_init={m.lora_init!r}: no such file")
+        try:
+            load_adapters(model, m.lora_init)
+        except ValueError as err:  # another rank, alpha or set of layers than this run's
+            raise ValueError(f"model.lora_init={m.lora_init!r} does not fit this run's adapters: {err}") from err
 
 
 def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> TrainingSetup:
@@ -229,6 +237,7 @@ def set_up_training(cfg: TrainConfig, stage: PreRLStage | None = None) -> Traini
     if lora and cfg.loss.kl_coef > 0:
         # RL starts from base + B A with B = 0, i.e. the frozen base itself: bypassing the adapters gives it
         # exactly, sharing the policy's weights, where a deep copy would hold a second model (a 7B one on one GPU).
+        # (model.lora_init starts elsewhere, so the config refuses it with a KL term.)
         reference = AdaptersOff(model)
     elif cfg.loss.kl_coef > 0:  # the policy RL starts from: the warm-started model (saved for a resumed run)
         reference = copy.deepcopy(model) if resume_from is None else load_model(

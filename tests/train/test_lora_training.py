@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from memagent import train
 from memagent.config import load_config, make_config
-from memagent.model.lora import lora_modules
+from memagent.model.lora import adapter_state_dict, lora_modules
 from memagent.rl import rewards
 from memagent.training.setup import TrainingSetup
 
@@ -147,6 +147,7 @@ def test_lora_kl_reference_is_the_frozen_base_not_the_moving_policy(tmp_path: Pa
     ({"lora_rank": 4, "lora_targets": ("q_proj", "lm_head")}, {}, "model.lora_targets: lm_head"),
     ({"lora_rank": 4}, {"deepspeed": "configs/ds_zero2.json"}, "model.lora_rank=4 with run.deepspeed"),
     ({"lora_rank": 4, "lora_merged_dtype": "float64"}, {}, "model.lora_merged_dtype='float64'"),
+    ({"lora_init": "a.safetensors"}, {}, r"model.lora_init='a.safetensors' needs model.lora_rank > 0"),
 ])
 def test_bad_lora_settings_are_refused_naming_the_field(model: dict, run: dict, words: str) -> None:
     with pytest.raises(ValueError, match=words):
@@ -199,3 +200,34 @@ def test_a_resumed_lora_run_keeps_the_warm_started_base(tmp_path: Path, model_di
     for name, param in setup.learner.unwrapped.named_parameters():
         if "lora_" not in name:
             assert torch.equal(param.detach(), warmed[name.replace(".base.", ".")]), name
+
+
+def test_lora_init_starts_the_adapters_from_the_file_and_rl_goes_on_from_there(
+        lora_run: tuple[Path, TrainingSetup], tmp_path: Path, model_dir: str) -> None:
+    start = lora_run[0] / "checkpoints" / "step_000002" / "adapter.safetensors"
+    at_setup: dict[str, torch.Tensor] = {}
+    real = train.set_up_training
+
+    def spy(*args, **kwargs):
+        setup = real(*args, **kwargs)
+        at_setup.update(adapter_state_dict(setup.learner.unwrapped))
+        return setup
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(train, "set_up_training", spy)
+        smoke(tmp_path / "out", model_dir, *LORA, "--model.lora-init", str(start), "--run.steps", "1")
+    file = load_file(str(start))
+    assert at_setup.keys() == file.keys() and all(torch.equal(at_setup[k], file[k]) for k in file)
+    after = load_file(str(tmp_path / "out" / "checkpoints" / "step_000001" / "adapter.safetensors"))
+    assert any(not torch.equal(after[k], file[k]) for k in file), "RL trains on from the file's adapters"
+
+
+def test_lora_init_of_another_rank_or_with_a_kl_term_is_refused_naming_the_field(
+        lora_run: tuple[Path, TrainingSetup], tmp_path: Path, model_dir: str) -> None:
+    start = str(lora_run[0] / "checkpoints" / "step_000002" / "adapter.safetensors")
+    with pytest.raises(ValueError, match=r"model.lora_init=.* does not fit this run's adapters: .*rank 4"):
+        smoke(tmp_path / "a", model_dir, "--model.lora-rank", "8", "--model.lora-init", start)
+    with pytest.raises(ValueError, match="model.lora_init=.*no such file"):
+        smoke(tmp_path / "b", model_dir, *LORA, "--model.lora-init", str(tmp_path / "absent.safetensors"))
+    with pytest.raises(ValueError, match="model.lora_init with loss.kl_coef=0.1"):
+        smoke(tmp_path / "c", model_dir, *LORA, "--model.lora-init", start, "--loss.kl-coef", "0.1")
