@@ -175,24 +175,33 @@ smollm2-mix: $(STAMP)
 # compares it with the ungated seeds (accuracy, generated tokens per correct answer, wall time per question).
 # GATES_PRESET=smollm2-mix-gates-cost runs the read-cost variant into runs/smollm2-mix-gates-cost-seed$(SEED) and
 # rows gates-cost-seed$(SEED)-*; it starts from the ungated seed's trained policy (make smollm2-mix SEED=...).
+# GATES_PRESET=smollm2-mix-lora-gates-cost: the same from the LoRA seed's kept adapter file (--model.lora-init), its
+# own adapter kept beside it in docs/results/adapters, rows lora-gates-cost-seed$(SEED) against lora-seed$(SEED).
 GATES_PRESET ?= smollm2-mix-gates
 GATES_RUN = runs/$(GATES_PRESET)-seed$(SEED)
 GATES_ROW = $(GATES_PREFIX)-seed$(SEED)
 GATES_RL = $(GATES_RUN)/checkpoints/step_000010/model
-GATES_FROM = $(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL))
+GATES_LORA = $(filter smollm2-mix-lora-%,$(GATES_PRESET))
+GATES_ADAPTER = docs/results/adapters/$(GATES_PRESET)-seed$(SEED).safetensors
+LORA_SEED_ADAPTER = docs/results/adapters/smollm2-mix-lora-seed$(SEED).safetensors
+GATES_START = $(if $(GATES_LORA),$(LORA_SEED_ADAPTER),$(MIX_RL))
+GATES_FROM = $(if $(GATES_LORA),--model.lora-init $(LORA_SEED_ADAPTER),$(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL)))
+GATES_POLICY = $(if $(GATES_LORA),$(SMOLLM2) --adapter $(GATES_ADAPTER),$(GATES_RL))
 smollm2-mix-gates: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
-	test -z "$(GATES_FROM)" || test -d $(MIX_RL) || { echo "$(GATES_PRESET) starts from $(MIX_RL): run make smollm2-mix SEED=$(SEED) first"; exit 1; }
-	test -d $(GATES_RL) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset $(GATES_PRESET) --run.seed $(SEED) \
-		$(GATES_FROM) --run.output-dir $(GATES_RUN) \
+	test -z "$(GATES_FROM)" || test -e $(GATES_START) || { echo "$(GATES_PRESET) starts from $(GATES_START): run make smollm2-mix SEED=$(SEED)$(if $(GATES_LORA), MIX_PRESET=smollm2-mix-lora) first"; exit 1; }
+	test -d $(GATES_RL) || test -f $(GATES_ADAPTER) || OMP_NUM_THREADS=1 $(BIN)/python train.py --preset $(GATES_PRESET) \
+		--run.seed $(SEED) $(GATES_FROM) --run.output-dir $(GATES_RUN) \
 		$$(ls $(GATES_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
+	test -z "$(GATES_LORA)" || test -f $(GATES_ADAPTER) || cp $(GATES_RL)/../adapter.safetensors $(GATES_ADAPTER)
 	for len in $(MIX_SHORT) $(MIX_LONG); do \
-		$(call mix_cell,$(GATES_RL),$(GATES_ROW),--baseline none --gates both,$$len) || exit 1; done
-	$(MAKE) smollm2-gates-report
+		$(call mix_cell,$(GATES_POLICY),$(GATES_ROW),--baseline none --gates both,$$len) || exit 1; done
+	$(MAKE) smollm2-gates-report GATES_PRESET=$(GATES_PRESET)
 
 GATES_PREFIX = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))
 smollm2-gates-report: $(STAMP)
 	$(BIN)/python -m memagent.evaluation.gates_report --eval-dir runs/mix-eval --gated-rows $(GATES_PREFIX) \
+		--ungated-preset $(if $(GATES_LORA),smollm2-mix-lora,smollm2-mix) \
 		--markdown runs/mix-eval/$(GATES_PREFIX)-report.md --figure docs/figures/smollm2_$(subst -,_,$(GATES_PREFIX)).png
 
 MIX_NAME = $(subst -,_,$(patsubst smollm2-%,%,$(MIX_PRESET)))

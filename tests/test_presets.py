@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -122,5 +123,16 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     assert cost.rollout.filter_on == "reward" and gated.rollout.filter_on == "correct"  # the read cost gets a gradient
     assert (cost.workflow, cost.optim, cost.run.steps) == (gated.workflow, gated.optim, gated.run.steps)
     # ... which starts from the ungated seed's trained policy, not the base model
-    assert "GATES_FROM = $(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL))" in makefile
+    assert ("GATES_FROM = $(if $(GATES_LORA),--model.lora-init $(LORA_SEED_ADAPTER),"
+            "$(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL)))") in makefile
     assert "$(GATES_FROM) --run.output-dir $(GATES_RUN)" in makefile
+    # the LoRA grid: the mix recipe but for the adapters and their learning rate; its read-cost run starts from the
+    # LoRA seed's kept adapter file
+    lora, lora_cost = preset_config("smollm2-mix-lora"), preset_config("smollm2-mix-lora-gates-cost")
+    assert lora.model.lora_rank > 0 and lora.optim.lr > cfg.optim.lr
+    assert dataclasses.replace(lora, model=cfg.model, optim=cfg.optim, run=cfg.run) == dataclasses.replace(
+        cfg, run=cfg.run)
+    assert (lora_cost.model, lora_cost.optim) == (lora.model, lora.optim)
+    assert (lora_cost.rollout, lora_cost.data, lora_cost.workflow) == (cost.rollout, cost.data, cost.workflow)
+    assert "LORA_SEED_ADAPTER = docs/results/adapters/smollm2-mix-lora-seed$(SEED).safetensors" in makefile
+    assert "MIX_ADAPTER = docs/results/adapters/$(MIX_PRESET)-seed$(SEED).safetensors" in makefile

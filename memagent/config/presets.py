@@ -197,3 +197,12 @@ PRESETS["smollm2-mix-gates-cost"] = _on(
     data={"train_chunks": 4},
     run={"output_dir": "runs/smollm2-mix-gates-cost"},
 )
+# The read-cost recipe on the LoRA grid (docs/gates.md, "Read cost"): it starts from the kept adapter file of the
+# LoRA seed (`make smollm2-mix-gates GATES_PRESET=smollm2-mix-lora-gates-cost` passes --model.lora-init), with the
+# LoRA learning rate, so its policy is again an adapter file and a session need not train the ungated seed first.
+PRESETS["smollm2-mix-lora-gates-cost"] = _on(
+    PRESETS["smollm2-mix-gates-cost"],
+    model={"lora_rank": 8},
+    optim={"lr": PRESETS["smollm2-mix-lora"]["optim"]["lr"]},
+    run={"output_dir": "runs/smollm2-mix-lora-gates-cost"},
+)

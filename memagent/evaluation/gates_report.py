@@ -28,6 +28,7 @@ from memagent.evaluation.mix_report import (
     write_markdown,
 )
 from memagent.evaluation.mix_scores import (
+    PRESET_SEED_ROWS,
     SEED_ROWS,
     MixLayout,
     MixRow,
@@ -109,9 +110,10 @@ def _num(value: float | None, digits: int = 1, scale: float = 1.0, suffix: str =
     return "∞" if math.isinf(value) else f"{scale * value:.{digits}f}{suffix}"
 
 
-def comparison_table(scores: MixScores, target_n: int, gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> str:
+def comparison_table(scores: MixScores, target_n: int, gated_seeds: tuple[MixRow, ...] = GATED_ROWS,
+                     ungated_seeds: tuple[MixRow, ...] = SEED_ROWS) -> str:
     """Markdown: a row per training task and length, ungated against gated."""
-    ungated, gated = MixLayout(seeds=SEED_ROWS, target_n=target_n), MixLayout(seeds=gated_seeds, target_n=target_n)
+    ungated, gated = MixLayout(seeds=ungated_seeds, target_n=target_n), MixLayout(seeds=gated_seeds, target_n=target_n)
     header = ["task", "tokens (x train)", "ungated RL", "gated RL", "Δ acc", "tok/correct ungated", "tok/correct gated",
               "ratio", "chunks read (gated)", "KEEP", "UPDATE", "ANSWER", "s/q ungated", "s/q gated"]
     lines = []
@@ -144,10 +146,11 @@ class CellVerdict:
 
 
 def check_cell(scores: MixScores, task: str, length: int, target_n: int,
-               gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> CellVerdict:
+               gated_seeds: tuple[MixRow, ...] = GATED_ROWS, ungated_seeds: tuple[MixRow, ...] = SEED_ROWS) -> CellVerdict:
     """Met at >= 2x fewer tokens per correct answer and accuracy no more than 2 points below ungated (both bounds
     inclusive, up to float rounding); not measured while either model lacks the cell or its token counts."""
-    u, g = summarise(scores, task, length, UNGATED), summarise(scores, task, length, MixLayout(seeds=gated_seeds))
+    u, g = (summarise(scores, task, length, MixLayout(seeds=ungated_seeds)),
+            summarise(scores, task, length, MixLayout(seeds=gated_seeds)))
     if u is None or g is None or None in (u.tokens_per_correct, g.tokens_per_correct):
         have = [name for name, s in (("ungated", u), ("gated", g)) if s and s.tokens_per_correct is not None]
         return CellVerdict(task, length, Status.NOT_MEASURED, f"measured: {', '.join(have) or 'neither'}", False)
@@ -156,7 +159,7 @@ def check_cell(scores: MixScores, task: str, length: int, target_n: int,
            and delta >= -TARGET_DROP - SCORE_TOLERANCE)
     detail = (f"ratio {_num(ratio, 2, suffix='x')}, Δ accuracy {delta:+.1f} points; "
               f"{len(u.accuracy.seeds)} ungated, {len(g.accuracy.seeds)} gated seeds")
-    provisional = (len(u.accuracy.seeds) < len(SEED_ROWS) or len(g.accuracy.seeds) < len(gated_seeds)
+    provisional = (len(u.accuracy.seeds) < len(ungated_seeds) or len(g.accuracy.seeds) < len(gated_seeds)
                    or min(*u.accuracy.ns, *g.accuracy.ns) < target_n)
     return CellVerdict(task, length, Status.MET if met else Status.MISSED, detail, provisional)
 
@@ -168,9 +171,10 @@ def overall(verdicts: list[CellVerdict]) -> Status:
             else Status.MET if statuses == {Status.MET} else Status.NOT_MEASURED)
 
 
-def target_markdown(scores: MixScores, target_n: int, gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> str:
+def target_markdown(scores: MixScores, target_n: int, gated_seeds: tuple[MixRow, ...] = GATED_ROWS,
+                    ungated_seeds: tuple[MixRow, ...] = SEED_ROWS) -> str:
     """The target check: one bullet per cell at 16x and 64x, then the overall verdict."""
-    verdicts = [check_cell(scores, task, length, target_n, gated_seeds)
+    verdicts = [check_cell(scores, task, length, target_n, gated_seeds, ungated_seeds)
                 for task in UNGATED.train_tasks for length in TARGET_LENGTHS]
     lines = [f"### Target check: at 16x and 64x, at least {TARGET_RATIO:g}x fewer generated tokens per correct answer "
              f"at accuracy within {TARGET_DROP:g} points of the ungated model or better", ""]
@@ -184,7 +188,7 @@ def target_markdown(scores: MixScores, target_n: int, gated_seeds: tuple[MixRow,
 
 
 def report_markdown(scores: MixScores, target_n: int = UNGATED.target_n,
-                    gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> str:
+                    gated_seeds: tuple[MixRow, ...] = GATED_ROWS, ungated_seeds: tuple[MixRow, ...] = SEED_ROWS) -> str:
     """The whole report: caption, table, target check."""
     caption = (
         f"Accuracy in percent, mean ± sample std over the RL seeds that have the cell (a cell that lacks a seed says "
@@ -194,13 +198,14 @@ def report_markdown(scores: MixScores, target_n: int = UNGATED.target_n,
         f"document's chunks the gated policy read before answering. KEEP/UPDATE/ANSWER: shares of the gated "
         f"decisions (UPDATE includes unparsed). s/q: wall seconds per question. Shares and seconds: mean over seeds.")
     title = f"## {gated_seeds[0].label.removesuffix(' seed 0').capitalize()} against ungated memory: SmolLM2-135M-Instruct"
-    parts = [title, comparison_table(scores, target_n, gated_seeds), caption]
-    if arithmetic := arithmetic_markdown(scores, MixLayout(seeds=(*SEED_ROWS, *gated_seeds))):
+    parts = [title, comparison_table(scores, target_n, gated_seeds, ungated_seeds), caption]
+    if arithmetic := arithmetic_markdown(scores, MixLayout(seeds=(*ungated_seeds, *gated_seeds))):
         parts.append(arithmetic)
-    return "\n\n".join([*parts, target_markdown(scores, target_n, gated_seeds)]) + "\n"
+    return "\n\n".join([*parts, target_markdown(scores, target_n, gated_seeds, ungated_seeds)]) + "\n"
 
 
-def draw_gates_figure(scores: MixScores, out: str | Path, gated_seeds: tuple[MixRow, ...] = GATED_ROWS) -> Path:
+def draw_gates_figure(scores: MixScores, out: str | Path, gated_seeds: tuple[MixRow, ...] = GATED_ROWS,
+                      ungated_seeds: tuple[MixRow, ...] = SEED_ROWS) -> Path:
     """PNG: generated tokens per correct answer (log) against accuracy, one panel per training task, one point per
     (length, model), an arrow from ungated to gated at each length."""
     plt = pyplot()
@@ -210,7 +215,8 @@ def draw_gates_figure(scores: MixScores, out: str | Path, gated_seeds: tuple[Mix
     for ax, task in zip(axes[0], UNGATED.train_tasks):
         for length in UNGATED.train_lengths:
             points = {}
-            for name, layout, marker in (("ungated", UNGATED, "o"), ("gated", MixLayout(seeds=gated_seeds), "^")):
+            for name, layout, marker in (("ungated", MixLayout(seeds=ungated_seeds), "o"),
+                                         ("gated", MixLayout(seeds=gated_seeds), "^")):
                 s = summarise(scores, task, length, layout)
                 if s is not None and s.tokens_per_correct is not None and math.isfinite(s.tokens_per_correct):
                     points[name] = (s.accuracy.mean, s.tokens_per_correct)
@@ -231,14 +237,17 @@ def main(argv: list[str] | None = None) -> str:
     """Parse the command line, write the markdown (to --markdown or stdout) and the figure; returns the markdown."""
     parser = report_parser(__doc__.split("\n\n")[0], "tokens per correct answer against accuracy", UNGATED.target_n)
     parser.add_argument("--gated-rows", default="gates",
-                        help="row prefix of the gated seeds: gates (default) or gates-cost (the read-cost preset)")
+                        help="row prefix of the gated seeds: gates (default), gates-cost (the read-cost preset) or "
+                             "lora-gates-cost (its LoRA variant)")
+    parser.add_argument("--ungated-preset", choices=list(PRESET_SEED_ROWS), default="smollm2-mix",
+                        help="the ungated seeds compared against: smollm2-mix's, or smollm2-mix-lora's (rows lora-seedN)")
     args = parse_report_args(parser, argv)
-    gated_seeds = gated_rows(args.gated_rows)
-    scores = read_mix_scores(args.eval_dir, MixLayout(seeds=(*SEED_ROWS, *gated_seeds)))
-    text = report_markdown(scores, args.target_n, gated_seeds)
+    gated_seeds, ungated_seeds = gated_rows(args.gated_rows), PRESET_SEED_ROWS[args.ungated_preset]
+    scores = read_mix_scores(args.eval_dir, MixLayout(seeds=(*ungated_seeds, *gated_seeds)))
+    text = report_markdown(scores, args.target_n, gated_seeds, ungated_seeds)
     write_markdown(text, args.markdown)
     if args.figure:
-        print(f"wrote {draw_gates_figure(scores, args.figure, gated_seeds)}", file=sys.stderr)
+        print(f"wrote {draw_gates_figure(scores, args.figure, gated_seeds, ungated_seeds)}", file=sys.stderr)
     return text
 
 

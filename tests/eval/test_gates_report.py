@@ -196,3 +196,14 @@ def test_gated_rows_picks_the_read_cost_seeds_and_leaves_the_default_gated_ones_
     assert row_of(default.split("\n\n")[1], "8192 (16x)")["gated RL"] == "0.0 ± 0.0"
     assert row_of(cost.split("\n\n")[1], "8192 (16x)")["gated RL"] == "50.0 ± 0.0"
     assert f"- {TASK} 16x: **met** (ratio 4.00x, Δ accuracy +0.0 points; 3 ungated, 3 gated seeds)" in cost
+
+
+def test_a_lora_gated_run_is_compared_with_the_lora_seeds_not_the_full_fine_tuning_ones(tmp_path) -> None:
+    eval_dir = tmp_path / "eval"
+    write_cell(eval_dir, "seed0", 8192, [1.0, 1.0], tokens=100.0)  # full fine-tuning: not this comparison's
+    write_cell(eval_dir, "lora-seed0", 8192, [0.5, 0.5], tokens=400.0)
+    write_cell(eval_dir, "lora-gates-cost-seed0", 8192, [0.5, 0.5], tokens=100.0)
+    text = main(["--eval-dir", str(eval_dir), "--target-n", "2", "--gated-rows", "lora-gates-cost",
+                 "--ungated-preset", "smollm2-mix-lora"])
+    assert row_of(text.split("\n\n")[1], "8192 (16x)")["ratio"] == "4.00x"
+    assert f"- {TASK} 16x: **met (provisional)** (ratio 4.00x, Δ accuracy +0.0 points; 1 ungated, 1 gated" in text
