@@ -365,8 +365,6 @@ def lora_checks(cfg: TrainConfig) -> list[tuple[bool, str]]:
         # memagent.model.logprobs applies the output head outside the model's forward, so an adapter there would
         # escape the KL reference's bypass; the head is also tied to the embeddings in many models.
         ("lm_head" not in targets, "model.lora_targets: lm_head cannot be adapted (only decoder projections)"),
-        # DeepSpeed wraps and checkpoints the whole module itself (bf16 casts, ZeRO partitions, its own checkpoint
-        # layout); LoRA is for the single-GPU (or DDP) case, where the frozen base needs no optimizer state.
         (not m.lora_init or m.lora_rank > 0,
          f"model.lora_init={m.lora_init!r} needs model.lora_rank > 0 (the file's rank)"),
         # A LoRA run's KL reference is its base with the adapters bypassed: from lora_init that is not the policy RL
@@ -374,6 +372,8 @@ def lora_checks(cfg: TrainConfig) -> list[tuple[bool, str]]:
         (not (m.lora_init and cfg.loss.kl_coef > 0),
          f"model.lora_init with loss.kl_coef={cfg.loss.kl_coef}: the KL reference would be the base, not the "
          "adapters' policy; set --loss.kl-coef 0"),
+        # DeepSpeed wraps and checkpoints the whole module itself (bf16 casts, ZeRO partitions, its own checkpoint
+        # layout); LoRA is for the single-GPU (or DDP) case, where the frozen base needs no optimizer state.
         (not (m.lora_rank and cfg.run.deepspeed),
          f"model.lora_rank={m.lora_rank} with run.deepspeed: LoRA runs on plain PyTorch (one GPU or DDP under "
          "torchrun); drop --deepspeed or set --model.lora-rank 0"),

@@ -244,7 +244,9 @@ def load_adapters(model: nn.Module, file: str | Path) -> None:
         meta = f.metadata() or {}
         state = {key: f.get_tensor(key) for key in f.keys()}
     module = next(iter(lora_modules(model).values()), None)
-    if module is not None and (meta.get("rank"), meta.get("alpha")) != (str(module.rank), repr(module.alpha)):
+    # alpha compared as a number: one saved as 16 is the 16.0 that adapter_file_settings reads back (nan: none saved).
+    if module is not None and (meta.get("rank"), float(meta.get("alpha", "nan"))) != (str(module.rank),
+                                                                                     float(module.alpha)):
         raise ValueError(f"{file}: adapters of rank {meta.get('rank')} alpha {meta.get('alpha')}, the model has rank "
                          f"{module.rank} alpha {module.alpha}")
     load_adapter_state_dict(model, state)

@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from memagent.evaluation.model_choice import adapted_model
 from memagent.model import load_model, load_tokenizer
 from memagent.model.loading import weights_fingerprint
-from memagent.model.lora import adapter_file_settings, apply_lora, lora_modules
+from memagent.model.lora import adapter_file_settings, apply_lora, lora_modules, save_adapters
 from memagent.model.tiny import build_tiny_model
 from memagent.training.checkpoint import ADAPTER_FILE, save_model
 from tests.eval.evaluate_cli import evaluate_argv, read_traces
@@ -109,3 +109,11 @@ def test_a_file_that_is_not_an_adapter_file_is_refused_naming_it(tiny_model_dir:
         adapted_model(tiny_model_dir, weights, dtype="float32", device="cpu")
     with pytest.raises(SystemExit, match="no such file"):
         adapted_model(tiny_model_dir, tiny_model_dir / "absent.safetensors", dtype="float32", device="cpu")
+
+
+def test_an_adapter_saved_with_an_integer_alpha_folds_in(tiny_model_dir: Path, tmp_path: Path) -> None:
+    model = load_model(tiny_model_dir, dtype=torch.float32, device="cpu")
+    apply_lora(model, rank=2, alpha=4, target_modules=("v_proj",))  # alpha an int, as a caller may pass it
+    save_adapters(model, tmp_path / "adapter.safetensors")
+    assert adapter_file_settings(tmp_path / "adapter.safetensors") == (2, 4.0, ("v_proj",))
+    adapted_model(tiny_model_dir, tmp_path / "adapter.safetensors", dtype="float32", device="cpu")
