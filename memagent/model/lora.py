@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -240,16 +240,14 @@ def save_adapters(model: nn.Module, file: str | Path) -> None:
 
 def load_adapters(model: nn.Module, file: str | Path) -> None:
     """Load a `save_adapters` file into an adapted model; refuses another rank, alpha or set of layers."""
-    with safe_open(str(file), framework="pt", device="cpu") as f:
-        meta = f.metadata() or {}
-        state = {key: f.get_tensor(key) for key in f.keys()}
     module = next(iter(lora_modules(model).values()), None)
-    # alpha compared as a number: one saved as 16 is the 16.0 that adapter_file_settings reads back (nan: none saved).
-    if module is not None and (meta.get("rank"), float(meta.get("alpha", "nan"))) != (str(module.rank),
-                                                                                     float(module.alpha)):
-        raise ValueError(f"{file}: adapters of rank {meta.get('rank')} alpha {meta.get('alpha')}, the model has rank "
-                         f"{module.rank} alpha {module.alpha}")
-    load_adapter_state_dict(model, state)
+    if module is not None:
+        # Compared as numbers: a file saved with alpha 16 holds the text "16", read back as 16.0.
+        rank, alpha, _ = adapter_file_settings(file)
+        if (rank, alpha) != (module.rank, float(module.alpha)):
+            raise ValueError(f"{file}: adapters of rank {rank} alpha {alpha}, the model has rank {module.rank} "
+                             f"alpha {module.alpha}")
+    load_adapter_state_dict(model, load_file(str(file)))
 
 
 def adapter_file_settings(file: str | Path) -> tuple[int, float, tuple[str, ...]]:
