@@ -60,7 +60,7 @@ from memagent.training.setup import PreRLStage, TrainingSetup, set_up_training, 
 def rollout(setup: TrainingSetup, questions: list[Sample]) -> list[Trajectory]:
     """G trajectories per question with the current policy (ZeRO-3: parameters gathered for generation)."""
     r = setup.cfg.rollout
-    params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
+    params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k, prefix_explore=r.gate_explore)
     with setup.learner.generation() as model, autocast(setup.device, setup.autocast_dtype):
         llm = LocalLLM(model, setup.tokenizer, params=params, generator=setup.generator,
                        max_batch_rows=r.max_batch_rows or None, prefill_chunk_tokens=r.prefill_chunk_tokens,

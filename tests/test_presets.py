@@ -133,6 +133,9 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     assert dataclasses.replace(lora, model=cfg.model, optim=cfg.optim, run=cfg.run) == dataclasses.replace(
         cfg, run=cfg.run)
     assert (lora_cost.model, lora_cost.optim) == (lora.model, lora.optim)
-    assert (lora_cost.rollout, lora_cost.data, lora_cost.workflow) == (cost.rollout, cost.data, cost.workflow)
+    assert (lora_cost.data, lora_cost.workflow) == (cost.data, cost.workflow)
+    # ... with its decisions explored and advantages R - mean (docs/gates.md, "Exploring the decisions")
+    assert dataclasses.replace(lora_cost.rollout, gate_explore=0.0) == cost.rollout and lora_cost.rollout.gate_explore > 0
+    assert dataclasses.replace(lora_cost.loss, scale_by_std=True) == cost.loss and not lora_cost.loss.scale_by_std
     assert "LORA_SEED_ADAPTER = docs/results/adapters/smollm2-mix-lora-seed$(SEED).safetensors" in makefile
     assert "MIX_ADAPTER = docs/results/adapters/$(MIX_PRESET)-seed$(SEED).safetensors" in makefile

@@ -200,9 +200,16 @@ PRESETS["smollm2-mix-gates-cost"] = _on(
 # The read-cost recipe on the LoRA grid (docs/gates.md, "Read cost"): it starts from the kept adapter file of the
 # LoRA seed (`make smollm2-mix-gates GATES_PRESET=smollm2-mix-lora-gates-cost` passes --model.lora-init), with the
 # LoRA learning rate, so its policy is again an adapter file and a session need not train the ungated seed first.
+# Two changes, from its first step without them: the trained LoRA seed 0 puts a thousandth of its decision mass on
+# UPDATE under the gated prompt (KEEP 79%, ANSWER 21%, UPDATE 0% of sampled decisions; every answer wrong), so half
+# the decisions are drawn uniformly among the three words (rollout.gate_explore, epsilon-greedy); and with every
+# answer wrong, groups differ only in how much they read, which the group's std would blow up to full-size advantages
+# pushing to exit at once, so advantages are R - mean (loss.scale_by_std False, as the gated demo's presets).
 PRESETS["smollm2-mix-lora-gates-cost"] = _on(
     PRESETS["smollm2-mix-gates-cost"],
     model={"lora_rank": 8},
+    rollout={"gate_explore": 0.5},
+    loss={"scale_by_std": False},
     optim={"lr": PRESETS["smollm2-mix-lora"]["optim"]["lr"]},
     run={"output_dir": "runs/smollm2-mix-lora-gates-cost"},
 )

@@ -90,6 +90,8 @@ class RolloutConfig:
     write_cost: float = 0.0
     """Gated memory's writing term mu: reward -= mu x memory tokens written / (memory_tokens x chunks in the document)
     (0 = off; docs/gates.md)."""
+    gate_explore: float = 0.0
+    """Constrained gate decisions: this share is drawn uniformly among the offered words (epsilon-greedy; 0 = off; docs/gates.md)."""
     verifier: str = "strict"
     """Training reward on the final answer: strict (last \\boxed{} equals a gold; MemAgent), lenient (a gold inside the
     answer) or task (by task family: RULER string_match_all with partial credit, lenient for QA; for a task mix)."""
@@ -317,6 +319,10 @@ def validate(cfg: TrainConfig) -> None:
         # Without the exit gate every trajectory reads every chunk: the term would be one constant per question.
         (r.read_cost == 0 or wf.gates in ("exit", "both"),
          f"rollout.read_cost={r.read_cost} needs workflow.gates exit or both, got {wf.gates!r}"),
+        (0 <= r.gate_explore <= 1, f"rollout.gate_explore={r.gate_explore} must be in [0, 1] (0 = off)"),
+        (r.gate_explore == 0 or (wf.gated and wf.gate_decoding == "constrained"),
+         f"rollout.gate_explore={r.gate_explore} explores constrained decisions: it needs workflow.gates other than "
+         f"none and workflow.gate_decoding constrained, got {wf.gates!r} and {wf.gate_decoding!r}"),
         (0 < r.overlong_cache_tokens <= wf.answer_tokens or not r.overlong_shaping,
          f"rollout.overlong_cache_tokens={r.overlong_cache_tokens} must be in (0, answer_tokens={wf.answer_tokens}]"),
         (lo.agg in AGG_MODES, f"loss.agg={lo.agg!r}: expected one of {AGG_MODES}"),

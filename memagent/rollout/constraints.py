@@ -18,6 +18,10 @@ What is recorded is the policy's own, unconstrained log-prob of the token at the
 memagent.rl recomputes as the old log-prob), not the masked one. So `rollout.reuse_logprobs` stays exact, and the
 PPO ratio is pi_theta / pi_old of the policy: a positive advantage raises the chosen word's probability under the
 unconstrained policy, which is how the model learns the format it was made to follow.
+
+Exploration (`SamplingParams.prefix_explore`, set from `rollout.gate_explore` in training). A constrained step may mix
+a uniform draw over the node's children into the renormalized policy (`explore_logits`), so a word the policy all
+but rules out is still sampled; a second departure of the same kind, recorded the same way (the policy's log-prob).
 """
 
 from __future__ import annotations
@@ -127,6 +131,25 @@ def mask_logits(logits: Tensor, state: Tensor, automaton: PrefixAutomaton) -> Te
     return logits.masked_fill(~allowed, float("-inf"))
 
 
+def explore_logits(logits: Tensor, state: Tensor, automaton: PrefixAutomaton, explore: float,
+                   temperature: float) -> Tensor:
+    """Logits [b, V] float32 whose softmax at `temperature` is, for a constrained row, (1 - explore) x the policy
+    renormalized over its node's children + explore x uniform over them; FREE rows keep their logits.
+
+    state: [b] long. Epsilon-greedy exploration of the decisions (docs/gates.md, "Exploring the decisions"): a policy
+    that puts almost no mass on a word, relative to the others, never samples it, and RL cannot raise what it never
+    samples. explore 0 or greedy (temperature 0) gives mask_logits' logits: no exploration.
+    """
+    masked = mask_logits(logits, state, automaton).float()
+    if explore == 0 or temperature == 0:
+        return masked
+    allowed = automaton.allowed[state.clamp(min=0)]  # [b, V] bool; FREE rows read node 0 and are discarded below
+    policy = (masked / temperature).softmax(-1)
+    uniform = allowed / allowed.sum(-1, keepdim=True).clamp(min=1)
+    mixed = (1 - explore) * policy + explore * uniform  # zero outside the children, so its log is -inf there
+    return torch.where((state != FREE)[:, None], mixed.log() * temperature, masked)
+
+
 def advance(state: Tensor, ids: Tensor, automaton: PrefixAutomaton) -> Tensor:
     """Each row's state after sampling ids [b] long: the child along its edge, FREE off the trie or past a prefix."""
     # [b, E]: a row's edge, if any; FREE matches none (every edge leaves a node >= 0)
@@ -153,10 +176,12 @@ def sample_constrained(
     logits: [b, V]; state: [b] long. Returns ids [b] long, logprobs [b] float32 and the next state [b] long. Every
     row is drawn in one `sample_next_token` call, so the random numbers each row consumes do not depend on which rows
     are constrained; FREE rows get exactly the ids and log-probs they would get without any constraint. A
-    constrained row draws from its masked logits (params' truncation then applies within the allowed tokens) but
-    records the policy's unconstrained log-prob (see the module docstring).
+    constrained row draws from its masked logits, mixed with a uniform draw over the allowed tokens when
+    params.prefix_explore > 0 (params' truncation then applies within the allowed tokens), but records the policy's
+    unconstrained log-prob (see the module docstring).
     """
-    ids, logprobs = sample_next_token(mask_logits(logits, state, automaton), params, generator)
+    draw_from = explore_logits(logits, state, automaton, params.prefix_explore, params.temperature)
+    ids, logprobs = sample_next_token(draw_from, params, generator)
     # Departure from on-policy sampling, named: these ids come from the policy restricted to the grammar; their
     # recorded log-prob is the policy's own, which is what the old log-prob recomputation and the PPO ratio use.
     logprobs = torch.where(state != FREE, policy_logprobs(logits, ids, params.temperature), logprobs)

@@ -71,6 +71,9 @@ class SamplingParams:
     """Keep the smallest set of most likely tokens whose mass reaches top_p; 1.0 keeps all."""
     min_p: float = 0.0
     """Drop tokens less likely than min_p times the most likely token; 0.0 keeps all."""
+    prefix_explore: float = 0.0
+    """Rows inside an allowed-prefix trie (memagent.rollout.constraints) draw this share uniformly among the allowed
+    tokens, the rest from the policy within the trie; 0.0 = off, greedy rows ignore it."""
 
     def __post_init__(self) -> None:
         if not (self.temperature >= 0 and math.isfinite(self.temperature)):
@@ -81,6 +84,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams: top_p must be in (0, 1], got {self.top_p}")
         if not 0 <= self.min_p < 1:
             raise ValueError(f"SamplingParams: min_p must be in [0, 1), got {self.min_p}")
+        if not 0 <= self.prefix_explore <= 1:
+            raise ValueError(f"SamplingParams: prefix_explore must be in [0, 1], got {self.prefix_explore}")
 
 
 def _draw_flat(weights: Tensor, generator: torch.Generator | None) -> Tensor:
