@@ -14,7 +14,13 @@ import torch
 from memagent import train
 from memagent.config import load_config
 from memagent.rollout import SamplingParams
-from memagent.rollout.constraints import FREE, build_automaton, explore_logits, mask_logits, sample_constrained
+from memagent.rollout.constraints import (
+    FREE,
+    build_automaton,
+    explore_logits,
+    mask_logits,
+    sample_constrained,
+)
 from memagent.rollout.llm import LocalLLM
 
 CPU = torch.device("cpu")
