@@ -177,6 +177,8 @@ smollm2-mix: $(STAMP)
 # rows gates-cost-seed$(SEED)-*; it starts from the ungated seed's trained policy (make smollm2-mix SEED=...).
 # GATES_PRESET=smollm2-mix-lora-gates-cost: the same from the LoRA seed's kept adapter file (--model.lora-init), its
 # own adapter kept beside it in docs/results/adapters, rows lora-gates-cost-seed$(SEED) against lora-seed$(SEED).
+# GATES_PRESET=smollm2-mix-lora-gates-update: the update gate alone from the same adapter file, its cells scored with
+# --gates update (GATES_MODE), rows lora-gates-update-seed$(SEED).
 GATES_PRESET ?= smollm2-mix-gates
 GATES_RUN = runs/$(GATES_PRESET)-seed$(SEED)
 GATES_ROW = $(GATES_PREFIX)-seed$(SEED)
@@ -187,6 +189,7 @@ LORA_SEED_ADAPTER = docs/results/adapters/smollm2-mix-lora-seed$(SEED).safetenso
 GATES_START = $(if $(GATES_LORA),$(LORA_SEED_ADAPTER),$(MIX_RL))
 GATES_FROM = $(if $(GATES_LORA),--model.lora-init $(LORA_SEED_ADAPTER),$(if $(filter smollm2-mix-gates-cost,$(GATES_PRESET)),--model.path $(MIX_RL)))
 GATES_POLICY = $(if $(GATES_LORA),$(SMOLLM2) --adapter $(GATES_ADAPTER),$(GATES_RL))
+GATES_MODE = $(if $(filter %-gates-update,$(GATES_PRESET)),update,both)
 smollm2-mix-gates: $(STAMP)
 	test -f $(SMOLLM2)/config.json || $(MAKE) smollm2
 	test -z "$(GATES_FROM)" || test -e $(GATES_START) || { echo "$(GATES_PRESET) starts from $(GATES_START): run make smollm2-mix SEED=$(SEED)$(if $(GATES_LORA), MIX_PRESET=smollm2-mix-lora) first"; exit 1; }
@@ -195,7 +198,7 @@ smollm2-mix-gates: $(STAMP)
 		$$(ls $(GATES_RUN)/checkpoints 2>/dev/null | grep -q step_ && echo --resume latest)
 	test -z "$(GATES_LORA)" || test -f $(GATES_ADAPTER) || cp $(GATES_RL)/../adapter.safetensors $(GATES_ADAPTER)
 	for len in $(MIX_SHORT) $(MIX_LONG); do \
-		$(call mix_cell,$(GATES_POLICY),$(GATES_ROW),--baseline none --gates both,$$len) || exit 1; done
+		$(call mix_cell,$(GATES_POLICY),$(GATES_ROW),--baseline none --gates $(GATES_MODE),$$len) || exit 1; done
 	$(MAKE) smollm2-gates-report GATES_PRESET=$(GATES_PRESET)
 
 GATES_PREFIX = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))

@@ -116,7 +116,6 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     assert "GATES_PRESET ?= smollm2-mix-gates\n" in makefile and "--preset $(GATES_PRESET)" in makefile
     assert "GATES_PREFIX = $(patsubst smollm2-mix-%,%,$(GATES_PRESET))" in makefile  # gates, gates-cost
     assert "GATES_ROW = $(GATES_PREFIX)-seed$(SEED)" in makefile and "--gated-rows $(GATES_PREFIX)" in makefile
-    assert "$(GATES_ROW),--baseline none --gates both" in makefile
     # the read-cost variant (GATES_PRESET=smollm2-mix-gates-cost): same recipe, longer documents, a read cost
     cost = preset_config("smollm2-mix-gates-cost")
     assert cost.rollout.read_cost > 0 and cost.data.train_chunks > gated.data.train_chunks
@@ -137,5 +136,14 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     # ... with its decisions explored and advantages R - mean (docs/gates.md, "Exploring the decisions")
     assert dataclasses.replace(lora_cost.rollout, gate_explore=0.0) == cost.rollout and lora_cost.rollout.gate_explore > 0
     assert dataclasses.replace(lora_cost.loss, scale_by_std=True) == cost.loss and not lora_cost.loss.scale_by_std
+    # the update gate alone: the LoRA recipe on 4-chunk documents with its decisions explored, no cost; its cells
+    # are scored in its own workflow (--gates update)
+    lora_update = preset_config("smollm2-mix-lora-gates-update")
+    assert (lora_update.workflow.gates, lora_update.data.train_chunks) == ("update", cost.data.train_chunks)
+    assert lora_update.rollout.gate_explore > 0 and lora_update.rollout.read_cost == lora_update.rollout.write_cost == 0
+    assert dataclasses.replace(lora_update, workflow=lora.workflow, data=lora.data, run=lora.run,
+                               rollout=dataclasses.replace(lora_update.rollout, gate_explore=0.0)) == lora
+    assert "GATES_MODE = $(if $(filter %-gates-update,$(GATES_PRESET)),update,both)" in makefile
+    assert "$(GATES_ROW),--baseline none --gates $(GATES_MODE)" in makefile
     assert "LORA_SEED_ADAPTER = docs/results/adapters/smollm2-mix-lora-seed$(SEED).safetensors" in makefile
     assert "MIX_ADAPTER = docs/results/adapters/$(MIX_PRESET)-seed$(SEED).safetensors" in makefile
