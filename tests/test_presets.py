@@ -140,9 +140,10 @@ def test_smollm2_mix_preset_trains_the_issue_task_mix_and_make_scores_it_with_it
     # are scored in its own workflow (--gates update)
     lora_update = preset_config("smollm2-mix-lora-gates-update")
     assert (lora_update.workflow.gates, lora_update.data.train_chunks) == ("update", cost.data.train_chunks)
-    assert lora_update.rollout.gate_explore > 0 and lora_update.rollout.read_cost == lora_update.rollout.write_cost == 0
-    assert dataclasses.replace(lora_update, workflow=lora.workflow, data=lora.data, run=lora.run,
-                               rollout=dataclasses.replace(lora_update.rollout, gate_explore=0.0)) == lora
+    assert lora_update.rollout.gate_explore > 0 and lora_update.rollout.write_cost > 0
+    assert lora_update.rollout.read_cost == 0 and lora_update.rollout.filter_on == "correct"  # no blind KEEP paid
+    assert dataclasses.replace(lora_update, workflow=lora.workflow, data=lora.data, run=lora.run, rollout=dataclasses.replace(
+        lora_update.rollout, gate_explore=0.0, write_cost=0.0)) == lora
     assert "GATES_MODE = $(if $(filter %-gates-update,$(GATES_PRESET)),update,both)" in makefile
     assert "$(GATES_ROW),--baseline none --gates $(GATES_MODE)" in makefile
     assert "LORA_SEED_ADAPTER = docs/results/adapters/smollm2-mix-lora-seed$(SEED).safetensors" in makefile
