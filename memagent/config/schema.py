@@ -3,9 +3,10 @@
 Defaults are generic: MemAgent's scale (arXiv 2507.02259, run_memory_7B.sh) under DAPO's recipe (arXiv 2503.14476),
 for any HF model passed as `--model.path`. Where a default follows DAPO rather than MemAgent's released scripts, the
 field says so. `memagent.config.presets` holds `tiny` (the embedded demo, what `python train.py` runs without a model
-path), `smoke` (tests), `smollm2`, `smollm2-release`, `smollm2-mix`, `smollm2-mix-gates`, `smollm2-mix-gates-cost`, their
-LoRA variants (`smollm2-mix-lora`, `smollm2-mix-lora-gates-cost`, `smollm2-mix-lora-gates-update`), `qwen2.5-7b` and `memagent-release`. Values are never mutated after construction; derived values are properties. The workflow
-section is memagent.rollout.WorkflowConfig itself.
+path), `smoke` (tests), `smollm2`, `smollm2-release`, `smollm2-mix`, `smollm2-mix-gates`, `smollm2-mix-gates-cost`,
+their LoRA variants (`smollm2-mix-lora`, `smollm2-mix-lora-gates-cost`, `smollm2-mix-lora-gates-update`),
+`qwen2.5-7b` and `memagent-release`. Values are never mutated after construction; derived values are properties.
+The workflow section is memagent.rollout.WorkflowConfig itself.
 """
 
 from __future__ import annotations
