@@ -99,8 +99,12 @@ def test_rows_outside_a_trie_draw_the_same_tokens_with_or_without_exploration() 
 def test_an_exploration_share_out_of_range_or_without_constrained_gates_is_refused(flags, message) -> None:
     with pytest.raises(ValueError, match=message):
         load_config(["--preset", "smoke", *flags])
-    with pytest.raises(ValueError, match="prefix_explore must be in"):
-        SamplingParams(prefix_explore=-0.1)
+
+
+def test_a_sampler_exploration_share_outside_zero_to_one_is_refused() -> None:
+    for share in (-0.1, 1.5):
+        with pytest.raises(ValueError, match="prefix_explore must be in"):
+            SamplingParams(prefix_explore=share)
 
 
 class RecordingParams(LocalLLM):
